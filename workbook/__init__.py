@@ -1,0 +1,1 @@
+"""Shared helpers for the notebooks and tests: bug catalog and hybrids, extra toy tasks, plots, widgets."""

@@ -63,15 +63,16 @@ class Config:
 DIAGNOSTICS = {
     "reward": ("mean reward of this iteration's samples", "rises toward 1"),
     "reward_std": ("std of rewards over the batch", "> 0 while learning"),
-    "zero_var_groups": ("fraction of groups whose rewards are all equal (no signal)", "< 0.9"),
+    "zero_var_groups": ("fraction of groups whose rewards are all equal (no signal)", "< 0.9 early; -> 1 when solved"),
     "adv_nonfinite": ("advantages that are NaN or inf", "0"),
     "adv_group_mean": ("max |mean advantage| within a prompt's group", "~0 (< 1e-6)"),
+    "logprob_gap": ("max |training log-prob - sampler log-prob| over sampled tokens", "~0 (< 1e-4)"),
     "ratio_first_maxdev": ("max |ratio - 1| over tokens at the first inner step", "0 (< 1e-5)"),
     "ratio_last_mean": ("mean ratio at the last inner step", "1 +- 0.1"),
     "ratio_last_maxdev": ("max |ratio - 1| at the last inner step", "> 0 after an update, < 1"),
     "clip_frac_pos": ("fraction of A>0 tokens clipped (ratio > 1+clip), all inner steps", "< 0.3"),
     "clip_frac_neg": ("fraction of A<0 tokens clipped (ratio < 1-clip), all inner steps", "< 0.3"),
-    "kl": ("k3 estimate of KL(pi || pi_ref) per token", ">= 0, slowly rising, < 1"),
+    "kl": ("k3 estimate of KL(pi || pi_ref) per token", ">= 0, rising smoothly (<= log V here)"),
     "entropy": ("mean per-token entropy of the sampling distribution", "> 0.05 nats"),
     "grad_norm": ("max pre-clip gradient norm over inner steps", "finite, < 100"),
     "loss": ("mean total loss over inner steps", "finite"),
@@ -224,18 +225,21 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
 # ----------------------------------------------------------------------------------------------
 # Log-probs, KL, advantages over a batch
 
+LOGSUMEXP_CHUNK = 1 << 22
+"""elements of logits reduced per logsumexp call: big batches go row-chunk by row-chunk, so no
+second logits-sized tensor is ever alive (the idea of TRL's selective_log_softmax)"""
+
 
 def token_logprobs(logits, tokens):
     """log pi(token_t) = logits[t, token_t] - logsumexp_v logits[t, v]; logits (..., T, V) aligned
-    to tokens (..., T) -> (..., T). Loops over the leading rows so no second logits-sized tensor
-    is alive at once (same idea as TRL's selective_log_softmax)."""
+    to tokens (..., T) -> (..., T)."""
     probs = torch.softmax(logits, dim=-1)  # (..., T, V)
     return torch.log(probs).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def completion_logits(policy, prompts, completions):
     """Logits aligned to completions: row t predicts completions[:, t]. -> (N, T, V)."""
-    bos = torch.full_like(prompts[:, :1], policy.bos_id)  # (N, 1)
+    bos = torch.full((prompts.shape[0], 1), policy.bos_id, dtype=torch.long)  # (N, 1)
     tokens = torch.cat([bos, prompts, completions], dim=1)  # (N, 1+P+T)
     logits = policy(tokens)  # (N, 1+P+T, V)
     T = completions.shape[1]
@@ -272,27 +276,29 @@ def batch_advantages(rewards, group_size: int, eps: float = 1e-8):
 def generate(policy, prompts, task, temperature, generator=None):
     """Sample completions token by token until EOS.
 
-    -> completions (N, T) padded with EOS after the first EOS, mask (N, T) True up to and including
-    the first EOS, and entropy (scalar) of the sampling distribution over generated tokens.
+    -> completions (N, T) padded with EOS after the first EOS; mask (N, T) True up to and including
+    the first EOS; sampler_logprobs (N, T), log-prob of each drawn token under the distribution it was
+    drawn from; entropy (scalar) of that distribution, averaged over generated tokens.
     """
     N, T = prompts.shape[0], task.max_completion_length
-    bos = torch.full_like(prompts[:, :1], policy.bos_id)
+    bos = torch.full((N, 1), policy.bos_id, dtype=torch.long)
     tokens = torch.cat([bos, prompts], dim=1)  # (N, 1+P)
     done = torch.zeros(N, dtype=torch.bool)
-    masks, entropies = [], []
+    masks, logprobs, entropies = [], [], []
     for _ in range(T):
         logits = policy(tokens)[:, -1] / temperature  # (N, V)
         nxt = sample_from_logits(logits, 1, generator=generator).squeeze(-1)  # (N,)
         nxt = torch.where(done, task.eos_id, nxt)
         masks.append(~done)
-        logp = torch.log_softmax(logits, dim=-1)
+        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
+        logprobs.append(logp.gather(1, nxt[:, None]).squeeze(1))  # (N,)
         entropies.append(-(logp.exp() * logp).sum(-1))  # (N,)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         done = done | (nxt == task.eos_id)
     completions = tokens[:, 1 + prompts.shape[1] :]  # (N, T)
     mask = torch.stack(masks, dim=1)  # (N, T)
     entropy = masked_mean(torch.stack(entropies, dim=1), mask)
-    return completions, mask, entropy
+    return completions, mask, torch.stack(logprobs, dim=1), entropy
 
 
 @torch.no_grad()
@@ -300,9 +306,10 @@ def rollout(policy, ref_policy, task, cfg, generator):
     """One rollout batch: B prompts x G samples, rewards, advantages, cached old and ref log-probs."""
     policy.eval()
     prompts = task.prompts(cfg.prompts_per_batch, generator).repeat_interleave(cfg.group_size, 0)  # (N, P)
-    completions, mask, entropy = generate(policy, prompts, task, cfg.temperature, generator)
+    completions, mask, sampler_logprobs, entropy = generate(policy, prompts, task, cfg.temperature, generator)
     rewards = task.reward(prompts, completions, mask).float()  # (N,)
-    batch = dict(prompts=prompts, completions=completions, mask=mask, rewards=rewards)
+    batch = dict(prompts=prompts, completions=completions, mask=mask, rewards=rewards,
+                 sampler_logprobs=sampler_logprobs)
     batch["advantages"] = batch_advantages(rewards, cfg.group_size, cfg.adv_eps)  # (N,)
     batch["old_logprobs"] = policy_logprobs(policy, prompts, completions, cfg.temperature)  # (N, T)
     batch["ref_logprobs"] = policy_logprobs(ref_policy, prompts, completions, cfg.temperature)  # (N, T)
@@ -322,6 +329,7 @@ def rollout_stats(batch, group_size):
         zero_var_groups=(rewards == rewards[:, :1]).all(dim=1).float().mean().item(),
         adv_nonfinite=int((~adv.isfinite()).sum()),
         adv_group_mean=finite_adv.mean(dim=1).abs().max().item(),
+        logprob_gap=(batch["old_logprobs"] - batch["sampler_logprobs"])[batch["mask"]].abs().max().item(),
         completion_length=batch["mask"].float().sum(dim=1).mean().item(),
     )
 

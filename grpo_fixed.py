@@ -65,15 +65,16 @@ class Config:
 DIAGNOSTICS = {
     "reward": ("mean reward of this iteration's samples", "rises toward 1"),
     "reward_std": ("std of rewards over the batch", "> 0 while learning"),
-    "zero_var_groups": ("fraction of groups whose rewards are all equal (no signal)", "< 0.9"),
+    "zero_var_groups": ("fraction of groups whose rewards are all equal (no signal)", "< 0.9 early; -> 1 when solved"),
     "adv_nonfinite": ("advantages that are NaN or inf", "0"),
     "adv_group_mean": ("max |mean advantage| within a prompt's group", "~0 (< 1e-6)"),
+    "logprob_gap": ("max |training log-prob - sampler log-prob| over sampled tokens", "~0 (< 1e-4)"),
     "ratio_first_maxdev": ("max |ratio - 1| over tokens at the first inner step", "0 (< 1e-5)"),
     "ratio_last_mean": ("mean ratio at the last inner step", "1 +- 0.1"),
     "ratio_last_maxdev": ("max |ratio - 1| at the last inner step", "> 0 after an update, < 1"),
     "clip_frac_pos": ("fraction of A>0 tokens clipped (ratio > 1+clip), all inner steps", "< 0.3"),
     "clip_frac_neg": ("fraction of A<0 tokens clipped (ratio < 1-clip), all inner steps", "< 0.3"),
-    "kl": ("k3 estimate of KL(pi || pi_ref) per token", ">= 0, slowly rising, < 1"),
+    "kl": ("k3 estimate of KL(pi || pi_ref) per token", ">= 0, rising smoothly (<= log V here)"),
     "entropy": ("mean per-token entropy of the sampling distribution", "> 0.05 nats"),
     "grad_norm": ("max pre-clip gradient norm over inner steps", "finite, < 100"),
     "loss": ("mean total loss over inner steps", "finite"),
@@ -230,20 +231,24 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
 # ----------------------------------------------------------------------------------------------
 # Log-probs, KL, advantages over a batch
 
+LOGSUMEXP_CHUNK = 1 << 22
+"""elements of logits reduced per logsumexp call: big batches go row-chunk by row-chunk, so no
+second logits-sized tensor is ever alive (the idea of TRL's selective_log_softmax)"""
+
 
 def token_logprobs(logits, tokens):
     """log pi(token_t) = logits[t, token_t] - logsumexp_v logits[t, v]; logits (..., T, V) aligned
-    to tokens (..., T) -> (..., T). Loops over the leading rows so no second logits-sized tensor
-    is alive at once (same idea as TRL's selective_log_softmax)."""
+    to tokens (..., T) -> (..., T)."""
     picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (..., T)
     rows = logits.flatten(0, -3) if logits.dim() > 2 else logits[None]  # (R, T, V), a view for 3-D input
-    lse = torch.stack([row.logsumexp(dim=-1) for row in rows])  # FIX B7: log-sum-exp; log(softmax) underflows to -inf
+    rows_per_chunk = max(1, LOGSUMEXP_CHUNK // max(1, rows.shape[-2] * rows.shape[-1]))  # bounds the exp() buffer
+    lse = torch.cat([c.logsumexp(dim=-1) for c in rows.split(rows_per_chunk)])  # FIX B7: log(softmax) gives -inf
     return picked - lse.reshape(picked.shape)
 
 
 def completion_logits(policy, prompts, completions):
     """Logits aligned to completions: row t predicts completions[:, t]. -> (N, T, V)."""
-    bos = torch.full_like(prompts[:, :1], policy.bos_id)  # (N, 1)
+    bos = torch.full((prompts.shape[0], 1), policy.bos_id, dtype=torch.long)  # (N, 1)
     tokens = torch.cat([bos, prompts, completions], dim=1)  # (N, 1+P+T)
     logits = policy(tokens)  # (N, 1+P+T, V)
     T = completions.shape[1]
@@ -280,27 +285,29 @@ def batch_advantages(rewards, group_size: int, eps: float = 1e-8):
 def generate(policy, prompts, task, temperature, generator=None):
     """Sample completions token by token until EOS.
 
-    -> completions (N, T) padded with EOS after the first EOS, mask (N, T) True up to and including
-    the first EOS, and entropy (scalar) of the sampling distribution over generated tokens.
+    -> completions (N, T) padded with EOS after the first EOS; mask (N, T) True up to and including
+    the first EOS; sampler_logprobs (N, T), log-prob of each drawn token under the distribution it was
+    drawn from; entropy (scalar) of that distribution, averaged over generated tokens.
     """
     N, T = prompts.shape[0], task.max_completion_length
-    bos = torch.full_like(prompts[:, :1], policy.bos_id)
+    bos = torch.full((N, 1), policy.bos_id, dtype=torch.long)
     tokens = torch.cat([bos, prompts], dim=1)  # (N, 1+P)
     done = torch.zeros(N, dtype=torch.bool)
-    masks, entropies = [], []
+    masks, logprobs, entropies = [], [], []
     for _ in range(T):
         logits = policy(tokens)[:, -1] / temperature  # (N, V)
         nxt = sample_from_logits(logits, 1, generator=generator).squeeze(-1)  # (N,)
         nxt = torch.where(done, task.eos_id, nxt)
         masks.append(~done)
-        logp = torch.log_softmax(logits, dim=-1)
+        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
+        logprobs.append(logp.gather(1, nxt[:, None]).squeeze(1))  # (N,)
         entropies.append(-(logp.exp() * logp).sum(-1))  # (N,)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         done = done | (nxt == task.eos_id)
     completions = tokens[:, 1 + prompts.shape[1] :]  # (N, T)
     mask = torch.stack(masks, dim=1)  # (N, T)
     entropy = masked_mean(torch.stack(entropies, dim=1), mask)
-    return completions, mask, entropy
+    return completions, mask, torch.stack(logprobs, dim=1), entropy
 
 
 @torch.no_grad()
@@ -308,9 +315,10 @@ def rollout(policy, ref_policy, task, cfg, generator):
     """One rollout batch: B prompts x G samples, rewards, advantages, cached old and ref log-probs."""
     policy.eval()
     prompts = task.prompts(cfg.prompts_per_batch, generator).repeat_interleave(cfg.group_size, 0)  # (N, P)
-    completions, mask, entropy = generate(policy, prompts, task, cfg.temperature, generator)
+    completions, mask, sampler_logprobs, entropy = generate(policy, prompts, task, cfg.temperature, generator)
     rewards = task.reward(prompts, completions, mask).float()  # (N,)
-    batch = dict(prompts=prompts, completions=completions, mask=mask, rewards=rewards)
+    batch = dict(prompts=prompts, completions=completions, mask=mask, rewards=rewards,
+                 sampler_logprobs=sampler_logprobs)
     batch["advantages"] = batch_advantages(rewards, cfg.group_size, cfg.adv_eps)  # (N,)
     batch["old_logprobs"] = policy_logprobs(policy, prompts, completions, cfg.temperature)  # (N, T)
     batch["ref_logprobs"] = policy_logprobs(ref_policy, prompts, completions, cfg.temperature)  # (N, T)
@@ -330,6 +338,7 @@ def rollout_stats(batch, group_size):
         zero_var_groups=(rewards == rewards[:, :1]).all(dim=1).float().mean().item(),
         adv_nonfinite=int((~adv.isfinite()).sum()),
         adv_group_mean=finite_adv.mean(dim=1).abs().max().item(),
+        logprob_gap=(batch["old_logprobs"] - batch["sampler_logprobs"])[batch["mask"]].abs().max().item(),
         completion_length=batch["mask"].float().sum(dim=1).mean().item(),
     )
 
@@ -416,10 +425,12 @@ def summarize_inner_steps(records):
 HEALTH_CHECKS = {
     "advantages finite": lambda s, cfg: s["adv_nonfinite"] == 0,
     "advantages centred per group": lambda s, cfg: s["adv_group_mean"] < 1e-4,
+    "training log-probs match the sampler": lambda s, cfg: s["logprob_gap"] < 1e-4,
     "ratio == 1 at the first inner step": lambda s, cfg: s["ratio_first_maxdev"] < 1e-4,
-    "ratio moves after updates": lambda s, cfg: cfg.inner_epochs * cfg.minibatches == 1
+    "ratio moves after updates": lambda s, cfg: s["ratio_last_maxdev"] > 0
+    or cfg.inner_epochs * cfg.minibatches == 1
     or cfg.lr == 0
-    or s["ratio_last_maxdev"] > 0,
+    or s["zero_var_groups"] == 1,
     "KL finite and >= 0": lambda s, cfg: math.isfinite(s["kl"]) and s["kl"] >= -1e-6,
     "entropy not collapsed": lambda s, cfg: s["entropy"] > 0.01 or s["reward"] > 0.95,
     "loss finite": lambda s, cfg: math.isfinite(s["loss"]) and s["nonfinite_steps"] == 0,
@@ -432,22 +443,37 @@ def check_health(stats, cfg):
     return [name for name, ok in HEALTH_CHECKS.items() if not ok(stats, cfg)]
 
 
-def preflight(generator_seed=0):
-    """Tiny-input checks of the building blocks, run once before training. Returns failures."""
+def preflight(module=None, seed=0):
+    """Tiny-input probes of the building blocks of `module` (default: this one), run once before
+    training; usable on either twin. Returns the names of the probes that fail."""
+    m = module or sys.modules[__name__]
     failures = []
-    g = torch.Generator().manual_seed(generator_seed)
-    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -2.0])
-    freq = torch.bincount(sample_from_logits(logits, 20000, generator=g), minlength=5) / 20000
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -2.0])  # (V,)
+    freq = torch.bincount(m.sample_from_logits(logits, 20000, generator=g), minlength=5) / 20000
     if (freq - torch.softmax(logits, -1)).abs().max() > 0.02:
         failures.append("sampling frequencies match softmax(logits)")
-    if not group_advantage([1.0, 1.0, 1.0]).isfinite().all():
+    if not m.group_advantage([1.0, 1.0, 1.0]).isfinite().all():
         failures.append("constant reward group gives finite advantages")
+    logp = torch.zeros(1, 2, requires_grad=True)  # ratio 1 on two tokens, A = 2
+    m.grpo_loss(logp, torch.zeros(1, 2), torch.tensor([2.0]), torch.ones(1, 2, dtype=torch.bool)).backward()
+    if not torch.allclose(logp.grad, torch.full((1, 2), -1.0)):  # d/dlogp = -A * ratio / n = -1
+        failures.append("loss gradient at ratio 1 is -A/n")
     all_masked = torch.zeros(1, 3, dtype=torch.bool)
-    if not torch.isfinite(grpo_loss(torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1), all_masked)):
+    if not torch.isfinite(m.grpo_loss(torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1), all_masked)):
         failures.append("all-masked loss is finite")
-    big = torch.tensor([[[0.0, 200.0]]])
-    if not torch.isfinite(token_logprobs(big, torch.tensor([[0]]))).all():
+    big = torch.tensor([[[0.0, 200.0]]])  # (1, 1, V): token 0 has probability e^-200
+    if not torch.isfinite(m.token_logprobs(big, torch.tensor([[0]]))).all():
         failures.append("token log-probs finite for large logits")
+    pi, ref = torch.full((3,), -math.log(3)), torch.log_softmax(torch.tensor([2.0, 0.0, -2.0]), -1)  # (V,)
+    tokens = torch.multinomial(pi.exp(), 20000, replacement=True, generator=g)  # (S,) ~ pi
+    estimate = m.kl_to_reference(pi[tokens][None], ref[tokens][None], torch.ones(1, 20000, dtype=torch.bool))
+    if abs(estimate.item() - (pi.exp() * (pi - ref)).sum().item()) > 0.01:
+        failures.append("KL estimator is unbiased for KL(pi || ref)")
+    net = nn.Linear(4, 1)
+    m.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=0.0), 1e3 * net(torch.ones(1, 4)).sum(), 1.0)
+    if torch.cat([p.grad.flatten() for p in net.parameters()]).norm() > 1.0 + 1e-4:
+        failures.append("gradients clipped to max_grad_norm")
     return failures
 
 
@@ -486,7 +512,7 @@ def train(task=None, *, seed: int = 0, on_iteration=None, **overrides) -> list[d
     policy = TinyPolicy(task.vocab_size, cfg.hidden, cfg.dropout)
     ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    report_health(preflight(seed), cfg, "preflight")
+    report_health(preflight(seed=seed), cfg, "preflight")
     history = []
     for it in range(cfg.steps):
         start = time.perf_counter()

@@ -1,0 +1,37 @@
+# make lab   : set up .venv if needed, open JupyterLab on notebooks/
+# make test  : ruff, the test suite, and nbval on every notebook
+# make bench : speed of token_logprobs against public implementations, and of the default CLI run
+
+PY := .venv/bin/python
+STAMP := .venv/.installed
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+
+.PHONY: venv lab test test-fast notebooks bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lab: venv
+	$(PY) -m jupyter lab --ServerApp.root_dir=notebooks
+
+test: venv
+	$(PY) -m ruff check .
+	$(PY) -m pytest -n 2 tests
+	$(PY) -m pytest -p no:randomly $(NBVAL) notebooks
+
+test-fast: venv
+	$(PY) -m pytest -n 2 tests -m "not slow and not browser"
+
+# Re-execute every notebook in place (do this after any change to the twins), then commit.
+notebooks: venv
+	$(PY) -m jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
+
+bench: venv
+	$(PY) bench/run.py
+
+clean:
+	rm -rf .venv .pytest_cache .ruff_cache .hypothesis

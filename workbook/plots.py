@@ -1,0 +1,36 @@
+"""Plot helpers shared by the notebooks: one colour per twin, side-by-side axes, training curves."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+BUGGY = "#d62728"
+"""colour of everything from grpo_buggy"""
+FIXED = "#1f77b4"
+"""colour of everything from grpo_fixed"""
+REFERENCE = "#555555"
+"""colour of the hand calculation / spec"""
+
+
+def buggy_vs_fixed(title: str | None = None, *, figsize=(9.0, 3.2), sharey=True):
+    """A figure with two axes titled 'buggy' and 'fixed'. -> fig, (ax_buggy, ax_fixed)"""
+    fig, (ax_b, ax_f) = plt.subplots(1, 2, figsize=figsize, sharey=sharey, layout="constrained")
+    ax_b.set_title("grpo_buggy", color=BUGGY)
+    ax_f.set_title("grpo_fixed", color=FIXED)
+    if title:
+        fig.suptitle(title)
+    return fig, (ax_b, ax_f)
+
+
+def curves(ax, histories: dict, key: str, *, colors: dict | None = None, smooth: int = 1):
+    """Plot stats[key] per iteration for each labelled history (a list of stats dicts)."""
+    for label, history in histories.items():
+        ys = [s[key] for s in history]
+        if smooth > 1:
+            ys = [sum(ys[max(0, i - smooth + 1) : i + 1]) / len(ys[max(0, i - smooth + 1) : i + 1])
+                  for i in range(len(ys))]
+        ax.plot(ys, label=label, color=(colors or {}).get(label))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(key)
+    ax.legend(fontsize="small")
+    return ax

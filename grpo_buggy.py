@@ -146,8 +146,12 @@ def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
         raise ValueError(f"logits must be (V,) or (N, V) with V >= 1, got shape {tuple(logits.shape)}")
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if not torch.is_floating_point(logits):
+        raise ValueError(f"logits must be a floating-point tensor, got {logits.dtype}")
     if torch.isnan(logits).any() or (logits == math.inf).any():
         raise ValueError("logits contain NaN or +inf")
+    if (logits == -math.inf).all(dim=-1).any():
+        raise ValueError("a row of logits is all -inf: no token can be sampled")
     probs = logits - logits.min(dim=-1, keepdim=True).values
     return torch.multinomial(probs, num_samples, replacement=True, generator=generator)
 

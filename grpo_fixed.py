@@ -148,8 +148,12 @@ def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
         raise ValueError(f"logits must be (V,) or (N, V) with V >= 1, got shape {tuple(logits.shape)}")
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if not torch.is_floating_point(logits):
+        raise ValueError(f"logits must be a floating-point tensor, got {logits.dtype}")
     if torch.isnan(logits).any() or (logits == math.inf).any():
         raise ValueError("logits contain NaN or +inf")
+    if (logits == -math.inf).all(dim=-1).any():
+        raise ValueError("a row of logits is all -inf: no token can be sampled")
     probs = torch.softmax(logits, dim=-1)  # FIX B1: multinomial needs probabilities, not raw logits
     return torch.multinomial(probs, num_samples, replacement=True, generator=generator)
 
@@ -189,7 +193,9 @@ def group_advantage(rewards, eps: float = 1e-8):
     r = r / scale  # FIX B2: (same rescale)
     centered = r - r.mean()  # (G,)
     std = centered.pow(2).mean().sqrt()
-    return centered / (std + eps / scale)  # FIX B2: eps > 0 keeps 0/0 away; /scale undoes the rescale
+    if scale >= 1:  # FIX B2: undo the rescale on the side that cannot overflow
+        return centered / (std + eps / scale)  # FIX B2: eps > 0 keeps the division finite
+    return (centered * scale) / (std * scale + eps)  # FIX B2: (tiny rewards: eps / scale could overflow)
 
 
 def _zero_masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

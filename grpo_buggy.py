@@ -305,13 +305,27 @@ def generate(policy, prompts, task, temperature, generator=None):
     return completions, mask, torch.stack(logprobs, dim=1), entropy
 
 
+def checked_rewards(rewards, n):
+    """The task's rewards as a float32 (n,) tensor; a clear error for a wrong shape or non-finite values."""
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    if rewards.shape != (n,):
+        raise ValueError(f"task.reward must return shape ({n},), got {tuple(rewards.shape)}")
+    if not rewards.isfinite().all():
+        raise ValueError(f"task.reward returned non-finite values: {rewards[~rewards.isfinite()][:5].tolist()}")
+    return rewards
+
+
 @torch.no_grad()
 def rollout(policy, ref_policy, task, cfg, generator):
     """One rollout batch: B prompts x G samples, rewards, advantages, cached old and ref log-probs."""
     policy.eval()
-    prompts = task.prompts(cfg.prompts_per_batch, generator).repeat_interleave(cfg.group_size, 0)  # (N, P)
+    prompts = task.prompts(cfg.prompts_per_batch, generator)  # (B, P)
+    if prompts.shape != (cfg.prompts_per_batch, task.prompt_length):
+        raise ValueError(f"task.prompts must return ({cfg.prompts_per_batch}, {task.prompt_length}), "
+                         f"got {tuple(prompts.shape)}")
+    prompts = prompts.long().repeat_interleave(cfg.group_size, 0)  # (N, P), prompt-major: G copies each
     completions, mask, sampler_logprobs, entropy = generate(policy, prompts, task, cfg.temperature, generator)
-    rewards = task.reward(prompts, completions, mask).float()  # (N,)
+    rewards = checked_rewards(task.reward(prompts, completions, mask), prompts.shape[0])  # (N,)
     batch = dict(prompts=prompts, completions=completions, mask=mask, rewards=rewards,
                  sampler_logprobs=sampler_logprobs)
     batch["advantages"] = batch_advantages(rewards, cfg.group_size, cfg.adv_eps)  # (N,)
@@ -418,12 +432,33 @@ def summarize_inner_steps(records):
 
 
 def make_config(**overrides) -> Config:
-    """Config with overrides; unknown names raise instead of being silently ignored."""
+    """Config with overrides; unknown names raise TypeError, bad values ValueError (never silently used)."""
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise TypeError(f"unknown config option(s) {unknown}; known: {sorted(known)}")
-    return replace(Config(), **overrides)
+    cfg = replace(Config(), **overrides)
+    problems = [
+        f"{name} must be {rule}, got {getattr(cfg, name)!r}"
+        for name, rule, ok in [
+            ("steps", "an int >= 0", lambda v: isinstance(v, int) and v >= 0),
+            ("prompts_per_batch", "an int >= 1", lambda v: isinstance(v, int) and v >= 1),
+            ("group_size", "an int >= 2 (a group of one has no baseline)", lambda v: isinstance(v, int) and v >= 2),
+            ("inner_epochs", "an int >= 1", lambda v: isinstance(v, int) and v >= 1),
+            ("minibatches", "an int in [1, prompts_per_batch * group_size]",
+             lambda v: isinstance(v, int) and 1 <= v <= cfg.prompts_per_batch * cfg.group_size),
+            ("temperature", "> 0 and finite", lambda v: 0 < v < math.inf),
+            ("lr", ">= 0 and finite", lambda v: 0 <= v < math.inf),
+            ("clip", ">= 0 and finite", lambda v: 0 <= v < math.inf),
+            ("adv_eps", "> 0 and finite", lambda v: 0 < v < math.inf),
+            ("max_grad_norm", "> 0", lambda v: v > 0),
+            ("dropout", "in [0, 1)", lambda v: 0 <= v < 1),
+        ]
+        if not ok(getattr(cfg, name))
+    ]
+    if problems:
+        raise ValueError("bad config: " + "; ".join(problems))
+    return cfg
 
 
 def train(task=None, *, seed: int = 0, on_iteration=None, **overrides) -> list[dict]:

@@ -1,0 +1,373 @@
+"""A reusable health monitor for GRPO training: the fixed twin's checks, watching any trainer.
+
+    monitor = HealthMonitor()
+    monitor.preflight(grpo_buggy)                      # tiny-input probes, "iteration -1"
+    history = grpo_buggy.train(on_iteration=monitor)   # per-iteration checks on each stats dict
+    monitor.first_flags()                              # [(check, first failing iteration), ...]
+
+or in one call: `HealthMonitor().watch(grpo_buggy, steps=6)`.
+
+The checks themselves are not redefined here: the per-iteration ones are grpo_fixed.HEALTH_CHECKS
+(plus three monitor-only ones for the DIAGNOSTICS ranges HEALTH_CHECKS leaves out: zero-variance
+groups, clip fraction, grad-norm size), the probes are grpo_fixed.preflight. grpo_fixed keeps only
+the check code, so the human-readable side (assertion, threshold and why, what it catches) lives in
+CHECK_INFO and PROBE_INFO below, keyed by the same names.
+
+A stats dict can come from either twin, a hybrid, or your own trainer: any dict with the keys of
+grpo_fixed.DIAGNOSTICS. A check whose stat is missing is skipped and reported, never a crash.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import grpo_fixed
+
+PREFLIGHT = -1
+"""the 'iteration' at which preflight failures are recorded (before iteration 0)"""
+
+
+# ----------------------------------------------------------------------------------------------
+# The checks: grpo_fixed's, plus three for DIAGNOSTICS ranges that grpo_fixed does not assert.
+
+
+def _finite_and_below(value, limit):
+    """value < limit, or True when value is not finite (non-finite is the job of another check)."""
+    return not math.isfinite(value) or value < limit
+
+
+EXTRA_CHECKS = {
+    "groups carry signal": lambda s, cfg: s["zero_var_groups"] < 0.9 or s["reward"] > 0.95,
+    "clip fraction moderate": lambda s, cfg: max(s["clip_frac_pos"], s["clip_frac_neg"]) < 0.3,
+    "grad norm bounded": lambda s, cfg: _finite_and_below(s["grad_norm"], 100.0),
+}
+"""monitor-only checks, written like grpo_fixed.HEALTH_CHECKS: (stats, cfg) -> True when healthy"""
+
+CHECKS = {**grpo_fixed.HEALTH_CHECKS, **EXTRA_CHECKS}
+"""every per-iteration check the monitor runs, grpo_fixed's first"""
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    """The human-readable side of one check."""
+
+    asserts: str
+    """the condition that must hold, in the stats' own names"""
+    threshold: str
+    """the number, and why that number"""
+    why: str
+    """what is broken when it fails"""
+    catches: str
+    """catalog bugs (B1..B11) or regimes it flags"""
+    trips: dict = field(default_factory=dict)
+    """a change to HEALTHY_STATS that must fail this check (a tiny test of the threshold)"""
+
+
+CHECK_INFO = {
+    "advantages finite": CheckInfo(
+        "adv_nonfinite == 0", "exactly 0: one NaN advantage is enough",
+        "a NaN advantage makes the minibatch loss and its gradient NaN; the step is lost",
+        "B2 (constant group, 0/0)", {"adv_nonfinite": 3}),
+    "advantages centred per group": CheckInfo(
+        "adv_group_mean < 1e-4", "float32 rounding gives ~1e-8; a wrong baseline gives ~0.1 to 1",
+        "sum_i A_i = 0 within each prompt's group; a nonzero group mean means the baseline came from other "
+        "prompts' rewards", "B9 (only when B does not divide G)", {"adv_group_mean": 0.3}),
+    "training log-probs match the sampler": CheckInfo(
+        "logprob_gap < 1e-4", "same weights, same tokens: equal up to float32 rounding (~1e-7)",
+        "the loss is computed on a different distribution from the one that drew the tokens",
+        "B6 (shift), B10 (temperature)", {"logprob_gap": 0.5}),
+    "ratio == 1 at the first inner step": CheckInfo(
+        "ratio_first_maxdev < 1e-4", "no update yet, so pi_theta = pi_old: rho = 1 up to rounding",
+        "old log-probs and training log-probs come from different computations (dropout in train mode, "
+        "a different forward path)", "dropout > 0; none of B1..B11 alone", {"ratio_first_maxdev": 0.05}),
+    "ratio moves after updates": CheckInfo(
+        "ratio_last_maxdev > 0 (unless one inner step, lr = 0 or every group constant)",
+        "strictly 0 is impossible after an optimizer step changed theta",
+        "old log-probs are recomputed from the current policy: clipping is dead, no trust region",
+        "B3", {"ratio_last_maxdev": 0.0}),
+    "KL finite and >= 0": CheckInfo(
+        "isfinite(kl) and kl >= -1e-6", "k3 = e^x - x - 1 >= 0 for every x; -1e-6 allows rounding",
+        "a NaN/-inf log-prob reached the KL term, or its formula is wrong", "any NaN/-inf source",
+        {"kl": -0.02}),
+    "entropy not collapsed": CheckInfo(
+        "entropy > 0.01 nats or reward > 0.95", "0.01 nats: the policy is almost deterministic",
+        "a collapsed policy samples identical groups, so A = 0 and learning stops before the task is solved",
+        "runaway updates (too high lr, no clipping)", {"entropy": 0.001}),
+    "loss finite": CheckInfo(
+        "isfinite(loss) and nonfinite_steps == 0", "exactly 0 skipped steps",
+        "a skipped step is silently lost data; a NaN step that is not skipped destroys the weights",
+        "any NaN/-inf source (B2 here)", {"nonfinite_steps": 1}),
+    "grad norm finite": CheckInfo(
+        "isfinite(grad_norm)", "any non-finite gradient", "NaN/inf reached the parameters' gradients",
+        "any NaN/-inf source (B2 here)", {"grad_norm": math.inf}),
+    "groups carry signal": CheckInfo(
+        "zero_var_groups < 0.9 or reward > 0.95", "DIAGNOSTICS: < 0.9 early, -> 1 only when solved",
+        "a group with equal rewards has A = 0 for every member: no gradient; the run is starved",
+        "sparse rewards, G too small, temperature too low", {"zero_var_groups": 1.0}),
+    "clip fraction moderate": CheckInfo(
+        "max(clip_frac_pos, clip_frac_neg) < 0.3", "DIAGNOSTICS: < 0.3 (PPO practice: ~0.1 is typical)",
+        "steps too large for the trust region: most tokens get no gradient through the clip",
+        "lr or inner epochs too high", {"clip_frac_pos": 0.5}),
+    "grad norm bounded": CheckInfo(
+        "grad_norm < 100 (pre-clip, when finite)", "DIAGNOSTICS: < 100, i.e. 100x max_grad_norm",
+        "exploding gradients: clipping hides them from the update but not from this log",
+        "divergence; the size B11 would let through", {"grad_norm": 500.0}),
+}
+
+PROBE_INFO = {
+    "sampling frequencies match softmax(logits)": CheckInfo(
+        "max |freq - softmax([2, 1, 0, -1, -2])| <= 0.02 over 20000 draws",
+        "sampling noise is <= 0.0035 (one std), so 0.02 is > 5 std",
+        "the sampler must draw from a distribution p = softmax(logits): sums to 1, every token reachable",
+        "B1"),
+    "constant reward group gives finite advantages": CheckInfo(
+        "isfinite(group_advantage([1, 1, 1]))", "any NaN", "std = 0 without eps: 0/0", "B2"),
+    "loss gradient at ratio 1 is -A/n": CheckInfo(
+        "d loss / d logp = -1 for A = 2 on n = 2 tokens at rho = 1", "allclose",
+        "at rho = 1 the clipped surrogate must give the plain policy gradient -A rho / n", "B4"),
+    "all-masked loss is finite": CheckInfo(
+        "isfinite(grpo_loss(..., mask all False))", "any NaN", "0 tokens: the mean divides 0 by 0", "B5"),
+    "token log-probs finite for large logits": CheckInfo(
+        "isfinite(log pi(token 0)) for logits [0, 200]", "exact answer -200 is finite",
+        "log(softmax) underflows to log(0) = -inf; logits - logsumexp does not", "B7"),
+    "KL estimator is unbiased for KL(pi || ref)": CheckInfo(
+        "|mean k3 - exact KL| <= 0.01 over 20000 tokens drawn from pi", "Monte Carlo noise is well below 0.01",
+        "the reversed log-ratio is still >= 0 (so the per-iteration KL check passes) but estimates a different "
+        "quantity", "B8"),
+    "gradients clipped to max_grad_norm": CheckInfo(
+        "global grad norm after optimizer_step <= max_grad_norm = 1", "1 + 1e-4",
+        "one outlier batch can make an arbitrarily large update", "B11"),
+}
+
+HEALTHY_STATS = {
+    "reward": 0.5, "reward_std": 0.3, "zero_var_groups": 0.1, "adv_nonfinite": 0, "adv_group_mean": 3e-8,
+    "logprob_gap": 2e-7, "ratio_first_maxdev": 0.0, "ratio_last_mean": 1.01, "ratio_last_maxdev": 0.4,
+    "clip_frac_pos": 0.08, "clip_frac_neg": 0.07, "kl": 0.3, "entropy": 1.2, "grad_norm": 0.8, "loss": -0.05,
+    "nonfinite_steps": 0, "completion_length": 3.0,
+}
+"""a hand-written healthy stats dict with every DIAGNOSTICS key (values like a fixed-twin run's)"""
+
+
+def check_table(kind: str = "iteration") -> str:
+    """A markdown table of the checks ('iteration') or of the preflight probes ('preflight')."""
+    if kind == "iteration":
+        rows = [(name, "grpo_fixed" if name in grpo_fixed.HEALTH_CHECKS else "monitor", CHECK_INFO[name])
+                for name in CHECKS]
+    elif kind == "preflight":
+        rows = [(name, "preflight", info) for name, info in PROBE_INFO.items()]
+    else:
+        raise ValueError(f"kind must be 'iteration' or 'preflight', got {kind!r}")
+    header = ["check", "from", "asserts", "threshold, and why", "fails when", "catches"]
+    return markdown_table(header, [[n, src, f"`{i.asserts}`", i.threshold, i.why, i.catches] for n, src, i in rows])
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A markdown table (display it with IPython.display.Markdown)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+# ----------------------------------------------------------------------------------------------
+# The monitor
+
+
+class HealthCheckFailed(AssertionError):
+    """Raised by a strict monitor at the first failure; .iteration and .failures say where and what."""
+
+    def __init__(self, iteration: int, failures: list[str]):
+        where = "preflight" if iteration == PREFLIGHT else f"iteration {iteration}"
+        super().__init__(f"health check failed at {where}: " + "; ".join(failures))
+        self.iteration, self.failures = iteration, failures
+
+
+def _scalar(value):
+    """0-d tensors and numpy scalars -> Python numbers; anything else unchanged."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) and getattr(value, "ndim", 0) == 0 else value
+
+
+class HealthMonitor:
+    """Runs the health checks on every stats dict it is called with; remembers what failed and when.
+
+    HealthMonitor(cfg=None, *, strict=False, checks=None)
+      cfg     the trainer's Config (checks read cfg.inner_epochs, cfg.minibatches, cfg.lr);
+              default grpo_fixed.Config(). watch() sets it from its overrides.
+      strict  raise HealthCheckFailed at the first failure instead of recording it.
+      checks  {name: (stats, cfg) -> bool}; default CHECKS.
+
+    After a run: history (the stats dicts), failures (one list of names per iteration),
+    first_failure {check: first failing iteration, PREFLIGHT = -1 for probes}, missing {check: stat},
+    and first_flags() / report().
+    """
+
+    def __init__(self, cfg=None, *, strict: bool = False, checks: dict | None = None):
+        self.cfg = grpo_fixed.Config() if cfg is None else cfg
+        self.strict = strict
+        self.checks = dict(CHECKS if checks is None else checks)
+        self.history: list[dict] = []
+        self.failures: list[list[str]] = []
+        self.preflight_failures: list[str] = []
+        self.first_failure: dict[str, int] = {}
+        self.missing: dict[str, str] = {}
+
+    # -- the two entry points ------------------------------------------------------------------
+
+    def preflight(self, module=None, seed: int = 0) -> list[str]:
+        """Run grpo_fixed.preflight on `module` (default grpo_fixed); failures land at iteration -1."""
+        self.preflight_failures = grpo_fixed.preflight(module, seed=seed)
+        self._record(PREFLIGHT, self.preflight_failures)
+        return self.preflight_failures
+
+    def __call__(self, stats: dict) -> list[str]:
+        """Check one iteration's stats (use as train(on_iteration=monitor)). -> names of failed checks."""
+        stats = {k: _scalar(v) for k, v in stats.items()}
+        iteration = stats.get("iteration", len(self.history))
+        failed = [name for name, ok in self.checks.items() if not self._passes(name, ok, stats)]
+        self.history.append(stats)
+        self.failures.append(failed)
+        self._record(iteration, failed)
+        return failed
+
+    def watch(self, module, task=None, *, seed: int = 0, preflight: bool = True, **overrides) -> list[dict]:
+        """preflight(module), then module.train(task, seed=seed, on_iteration=self, **overrides)."""
+        self.cfg = grpo_fixed.make_config(**overrides)  # the checks see the run's lr, inner epochs...
+        if preflight:
+            self.preflight(module, seed=seed)
+        return module.train(task, seed=seed, on_iteration=self, **overrides)
+
+    # -- results -------------------------------------------------------------------------------
+
+    @property
+    def quiet(self) -> bool:
+        """True when nothing has failed (missing stats do not count as failures)."""
+        return not self.first_failure
+
+    def first_flags(self) -> list[tuple[str, int]]:
+        """[(check, first failing iteration)] in order of iteration (-1 = preflight), then check order."""
+        order = {name: i for i, name in enumerate([*PROBE_INFO, *self.checks])}
+        return sorted(self.first_failure.items(), key=lambda kv: (kv[1], order.get(kv[0], len(order))))
+
+    def report(self) -> str:
+        """Plain-text summary: first flags, how often each check failed, stats that were missing."""
+        counts = {name: sum(name in f for f in self.failures) for name in self.checks}
+        lines = [f"{len(self.history)} iterations checked, preflight probes failed: {len(self.preflight_failures)}"]
+        for name, it in self.first_flags():
+            where = "preflight" if it == PREFLIGHT else f"iteration {it}"
+            times = f"{counts[name]}/{len(self.history)} iterations" if name in counts else "probe"
+            lines.append(f"  FAIL {name:<46s} first at {where:<12s} ({times})")
+        for name, stat in self.missing.items():
+            lines.append(f"  SKIP {name:<46s} missing stat {stat!r}")
+        if self.quiet and not self.missing:
+            lines.append("  all checks pass")
+        return "\n".join(lines)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _passes(self, name, ok, stats) -> bool:
+        """Run one check; a missing or non-numeric stat skips it (recorded in self.missing)."""
+        try:
+            return bool(ok(stats, self.cfg))
+        except KeyError as err:
+            self.missing.setdefault(name, err.args[0])
+        except TypeError as err:
+            self.missing.setdefault(name, f"not a number ({err})")
+        return True
+
+    def _record(self, iteration: int, failed: list[str]) -> None:
+        for name in failed:
+            self.first_failure.setdefault(name, iteration)
+        if failed and self.strict:
+            raise HealthCheckFailed(iteration, failed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pictures: a dashboard of the logged statistics, and a map of which checks fired when.
+
+DASHBOARD = {
+    # stat: (healthy band (lo, hi) or None, y scale)  -- bands are the checks' thresholds above
+    "reward": (None, "linear"),
+    "zero_var_groups": ((0.0, 0.9), "linear"),
+    "adv_nonfinite": ((-0.5, 0.5), "linear"),
+    "adv_group_mean": ((0.0, 1e-4), "symlog"),
+    "logprob_gap": ((0.0, 1e-4), "symlog"),
+    "ratio_first_maxdev": ((0.0, 1e-4), "symlog"),
+    "ratio_last_maxdev": ((1e-6, 1e3), "symlog"),
+    "clip_frac_pos": ((0.0, 0.3), "linear"),
+    "clip_frac_neg": ((0.0, 0.3), "linear"),
+    "kl": ((-1e-6, 1e3), "linear"),
+    "entropy": ((0.01, 1e3), "linear"),
+    "grad_norm": ((0.0, 100.0), "symlog"),
+    "loss": (None, "linear"),
+    "nonfinite_steps": ((-0.5, 0.5), "linear"),
+}
+"""the dashboard's panels in order; a shaded band is the range the corresponding check accepts"""
+
+
+def plot_stat(ax, history, key, *, color, label=None):
+    """One stat per iteration; non-finite values drawn as 'x' on the top edge. -> count of non-finite"""
+    ys = [float(s[key]) for s in history]
+    ax.plot(range(len(ys)), [y if math.isfinite(y) else math.nan for y in ys], color=color, label=label, lw=1.2)
+    bad = [i for i, y in enumerate(ys) if not math.isfinite(y)]
+    ax.plot(bad, [0.96] * len(bad), "x", color=color, ms=4, transform=ax.get_xaxis_transform(), clip_on=False)
+    return len(bad)
+
+
+def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, figsize=(12.0, 8.4)):
+    """A grid with one panel per stat (see DASHBOARD), one line per labelled history, healthy band shaded.
+
+    histories {label: list of stats dicts}; colors {label: colour}. -> fig, {key: count of non-finite per label}
+    """
+    import matplotlib.pyplot as plt
+
+    keys = list(DASHBOARD) if keys is None else keys
+    nrows = -(-len(keys) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained", sharex=True)
+    nonfinite = {}
+    for ax, key in zip(axes.flat, keys, strict=False):
+        band, scale = DASHBOARD[key]
+        nonfinite[key] = {label: plot_stat(ax, h, key, color=colors[label], label=label)
+                          for label, h in histories.items()}
+        if scale == "symlog":
+            ax.set_yscale("symlog", linthresh=1e-8)
+        if band is not None:
+            ylim = ax.get_ylim()
+            ax.axhspan(*band, color="#2ca02c", alpha=0.12, lw=0)
+            ax.set_ylim(ylim)
+        ax.set_title(key, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("iteration", fontsize=8)
+    axes.flat[0].legend(fontsize=7)
+    return fig, nonfinite
+
+
+def failure_matrix(monitor: HealthMonitor, upto: int | None = None):
+    """(checks, iterations) 0/1 array of failures for iterations 0..upto (NaN after). -> names, array"""
+    import numpy as np
+
+    names = list(monitor.checks)
+    n = len(monitor.failures)
+    matrix = np.full((len(names), n), np.nan)
+    for it, failed in enumerate(monitor.failures[: n if upto is None else upto + 1]):
+        matrix[:, it] = [name in failed for name in names]
+    return names, matrix
+
+
+def plot_failures(ax, monitor: HealthMonitor, upto: int, *, color: str, show_names: bool = True):
+    """Map of failed checks (rows) by iteration (columns) up to `upto`; a frame marks that iteration."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    names, matrix = failure_matrix(monitor, upto)
+    ax.imshow(matrix, aspect="auto", cmap=ListedColormap(["#e8f3e8", color]), vmin=0, vmax=1,
+              interpolation="nearest")
+    ax.add_patch(Rectangle((upto - 0.5, -0.5), 1, len(names), fill=False, lw=1.5))
+    ax.set_yticks(range(len(names)), names if show_names else [""] * len(names), fontsize=7)
+    ax.tick_params(axis="x", labelsize=7)
+    failed_now = monitor.failures[upto] if upto < len(monitor.failures) else []
+    ax.set_xlabel(f"iteration  (preflight: {len(monitor.preflight_failures)} probes fail; "
+                  f"iteration {upto}: {len(failed_now)} checks fail)", fontsize=8)
+    return failed_now

@@ -1,0 +1,359 @@
+"""The bug catalog, proved: one or more tiny diagnostic tests per bug B1..B11.
+
+Every `test_Bn_*` takes only `impl` (the module under test, see conftest.py) and must
+  - pass on grpo_fixed (the default run),
+  - fail on grpo_buggy,
+  - fail on the single-bug hybrid workbook.catalog.hybrid("Bn") and pass on every other hybrid
+    (so each bug is isolated in its one function).
+A test whose name carries two ids (test_B6_B10_...) is a diagnostic that catches both bugs.
+`test_catalog_is_proved` checks all of that in-process; `test_catalog_cli_option_buggy` (slow) runs
+this file under `--impl=buggy` through pytest itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from workbook import catalog
+
+BUG_ID = re.compile(r"B\d+")
+
+
+# ----------------------------------------------------------------------------------------------
+# Tiny helpers
+
+
+def draw_frequencies(impl, logits, num_samples, seed=0):
+    """Empirical frequency of each token id among `num_samples` draws from impl.sample_from_logits. (V,)"""
+    g = torch.Generator().manual_seed(seed)
+    draws = impl.sample_from_logits(logits, num_samples, generator=g)  # (num_samples,)
+    return torch.bincount(draws, minlength=logits.shape[-1]).double() / num_samples
+
+
+class PositionPolicy(nn.Module):
+    """A fake policy whose logits at position l are all equal to l: shows which position a row came from."""
+
+    bos_id = 9
+
+    def forward(self, tokens):  # (N, L) -> (N, L, V=3)
+        positions = torch.arange(tokens.shape[1], dtype=torch.float32)  # (L,)
+        return positions[None, :, None].expand(tokens.shape[0], -1, 3).clone()
+
+
+class ConstantPolicy(nn.Module):
+    """A fake policy with the same logits at every position (so the shift of B6 cannot matter)."""
+
+    bos_id = 4
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits  # (V,)
+
+    def forward(self, tokens):  # (N, L) -> (N, L, V)
+        return self.logits.expand(tokens.shape[0], tokens.shape[1], -1).clone()
+
+
+def tiny_setup(impl, seed=0, **overrides):
+    """A TinyPolicy on EchoTask, its frozen reference, an Adam optimizer, a tiny config and a generator."""
+    cfg = impl.make_config(**{"prompts_per_batch": 4, "group_size": 4, "hidden": 16, **overrides})
+    torch.manual_seed(seed)
+    task = impl.EchoTask()
+    policy = impl.TinyPolicy(task.vocab_size, cfg.hidden)
+    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    return task, policy, ref_policy, optimizer, cfg, torch.Generator().manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# B1 sampling from raw logits
+
+
+def test_B1_sampling_frequencies_match_softmax(impl):
+    logits = torch.tensor([1.0, 0.0, -1.0])  # softmax: 0.665 0.245 0.090; raw-logit bug: 2/3 1/3 0
+    n = 4000
+    freq = draw_frequencies(impl, logits, n)
+    probs = torch.softmax(logits.double(), -1)
+    tolerance = 5 * torch.sqrt(probs * (1 - probs) / n)  # 5 binomial standard deviations
+    assert ((freq - probs).abs() <= tolerance).all(), f"frequencies {freq.tolist()} vs softmax {probs.tolist()}"
+
+
+def test_B1_argmin_token_is_drawn(impl):
+    logits = torch.tensor([0.0, 0.0, -0.5])  # the smallest logit still has probability 0.274
+    freq = draw_frequencies(impl, logits, 200)  # P(never drawn) = 0.726**200 ~ 1e-28
+    assert freq[2] > 0, "the argmin token was never drawn"
+
+
+# ----------------------------------------------------------------------------------------------
+# B2 no eps in the advantage std (and overflow in the naive mean)
+
+
+def test_B2_constant_group_gives_exact_zeros(impl):
+    for rewards in ([0.5, 0.5, 0.5, 0.5], [1.0], [0.0, 0.0]):
+        adv = impl.group_advantage(rewards)
+        assert adv.tolist() == [0.0] * len(rewards), f"{rewards} -> {adv.tolist()}"
+
+
+def test_B2_rewards_near_float64_limit_do_not_overflow(impl):
+    adv = impl.group_advantage([1.7e308, 1.7e308, -1e308])  # the naive sum is already inf
+    scaled = np.array([1.7, 1.7, -1.0])  # the group divided by 1e308: eps / 1e308 is far below rounding
+    expected = torch.from_numpy((scaled - scaled.mean()) / scaled.std())
+    assert torch.isfinite(adv).all(), adv.tolist()
+    assert torch.allclose(adv, expected, rtol=1e-12, atol=0), (adv.tolist(), expected.tolist())
+
+
+# ----------------------------------------------------------------------------------------------
+# B3 old log-probs recomputed inside the inner loop
+
+
+def test_B3_ratio_moves_after_the_first_inner_step(impl):
+    task, policy, ref_policy, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
+    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
+    batch["advantages"] = torch.linspace(-1.5, 1.5, batch["rewards"].shape[0])  # a signal in every group
+    records = impl.update_policy(policy, optimizer, batch, cfg, g)
+    assert len(records) == 4
+    first, last = records[0]["ratio"], records[-1]["ratio"]
+    assert (first - 1).abs().max() < 1e-5, "ratio must be 1 at the first inner step (nothing updated yet)"
+    assert (last - 1).abs().max() > 1e-4, "ratio is still exactly 1 after three updates: old log-probs recomputed?"
+
+
+def test_B3_old_logprobs_stay_the_behaviour_policy(impl):
+    """The loss at a later inner step sees the rollout's old log-probs, not freshly detached ones."""
+    task, policy, ref_policy, optimizer, cfg, g = tiny_setup(impl, inner_epochs=3, minibatches=1, clip=10.0)
+    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
+    batch["advantages"] = torch.linspace(-1.0, 1.0, batch["rewards"].shape[0])
+    records = impl.update_policy(policy, optimizer, batch, cfg, g)
+    ratio_mean = [r["ratio"].mean().item() for r in records]
+    assert ratio_mean[0] == pytest.approx(1.0, abs=1e-6)
+    assert any(abs(m - 1.0) > 1e-4 for m in ratio_mean[1:]), ratio_mean
+
+
+# ----------------------------------------------------------------------------------------------
+# B4 clamp(ratio * A) instead of clamp(ratio) * A
+
+
+def per_token_loss(impl, ratio, adv, clip=0.2):
+    """grpo_loss of one token per sequence: -min(ratio A, clip(ratio) A). -> loss, d loss / d logprob"""
+    logprobs = torch.log(torch.tensor([[ratio]], dtype=torch.float64)).requires_grad_(True)  # (1, 1)
+    loss = impl.grpo_loss(logprobs, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([adv], dtype=torch.float64),
+                          torch.ones(1, 1, dtype=torch.bool), clip)
+    loss.backward()
+    return loss.item(), logprobs.grad.item()
+
+
+@pytest.mark.parametrize("ratio, adv, expected", [
+    (0.5, -1.0, 0.8),  # A < 0, ratio below 1 - c: the clipped side (0.8 A) is the smaller surrogate
+    (1.5, 2.0, -2.4),  # A > 0, ratio above 1 + c: 1.2 A, while clamp(ratio A) would give 1.2
+])
+def test_B4_clip_before_advantage(impl, ratio, adv, expected):
+    loss, _ = per_token_loss(impl, ratio, adv)
+    assert loss == pytest.approx(expected, rel=1e-9), f"ratio {ratio}, A {adv}: loss {loss}, expected {expected}"
+
+
+def test_B4_no_gradient_through_clipped_negative_advantage(impl):
+    _, grad = per_token_loss(impl, 0.5, -1.0)  # clipped: ratio < 1 - c with A < 0
+    assert grad == 0.0, f"gradient {grad} through a clipped token"
+
+
+# ----------------------------------------------------------------------------------------------
+# B5 masked_mean multiplies by the mask
+
+
+def test_B5_masked_mean_ignores_nan_and_inf_at_masked_positions(impl):
+    values = torch.tensor([[1.0, 3.0, float("nan")], [5.0, -float("inf"), float("inf")]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    assert impl.masked_mean(values, mask).item() == pytest.approx(3.0)
+
+
+def test_B5_all_masked_loss_is_finite_zero(impl):
+    logprobs = torch.zeros(2, 3, requires_grad=True)
+    loss = impl.grpo_loss(logprobs, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3, dtype=torch.bool))
+    assert loss.item() == 0.0, f"all-masked loss {loss.item()}"
+
+
+# ----------------------------------------------------------------------------------------------
+# B6 log-prob shift misalignment
+
+
+def test_B6_row_t_comes_from_the_position_before_token_t(impl):
+    prompts = torch.tensor([[1, 2]])  # (1, P=2)
+    completions = torch.tensor([[0, 1, 2]])  # (1, T=3)
+    logits = impl.completion_logits(PositionPolicy(), prompts, completions)  # (1, T, V)
+    # tokens = [BOS, p0, p1, c0, c1, c2]: completion token t sits at 1 + P + t, predicted by P + t
+    assert logits[0, :, 0].tolist() == [2.0, 3.0, 4.0]
+
+
+def test_B6_row_t_does_not_see_token_t(impl):
+    """Causality: completion_logits row t predicts completions[:, t], so changing that token changes no row <= t."""
+    torch.manual_seed(0)
+    policy = impl.TinyPolicy(6, hidden=8).eval()
+    prompts = torch.tensor([[1, 2]])
+    completions = torch.tensor([[3, 4, 5]])
+    changed = completions.clone()
+    changed[0, -1] = 1  # only the last completion token differs
+    with torch.no_grad():
+        a = impl.completion_logits(policy, prompts, completions)
+        b = impl.completion_logits(policy, prompts, changed)
+    assert a.shape == (1, 3, 6)
+    assert torch.equal(a, b), "a row changed when only the token it should predict changed"
+
+
+# ----------------------------------------------------------------------------------------------
+# B7 log(softmax)
+
+
+def test_B7_token_logprobs_finite_for_large_logits(impl):
+    logits = torch.tensor([[0.0, 200.0], [-150.0, 50.0]])  # (T=2, V=2): probabilities e^-200 and e^-200
+    out = impl.token_logprobs(logits, torch.tensor([0, 0]))
+    assert torch.isfinite(out).all(), out.tolist()
+    assert torch.allclose(out, torch.tensor([-200.0, -200.0]))
+
+
+# ----------------------------------------------------------------------------------------------
+# B8 k3 with the log-ratio reversed
+
+
+def test_B8_kl_estimator_is_unbiased_for_kl_pi_ref(impl):
+    """pi uniform over 3 tokens: the plain mean of k3 over one copy of each token is exactly E_pi[k3]."""
+    pi = torch.full((3,), -math.log(3.0), dtype=torch.float64)  # log pi (V,)
+    ref = torch.log_softmax(torch.tensor([2.0, 0.0, -2.0], dtype=torch.float64), -1)  # log pi_ref (V,)
+    exact = (pi.exp() * (pi - ref)).sum()  # KL(pi || pi_ref) = 0.5245
+    estimate = impl.kl_to_reference(pi[None], ref[None], torch.ones(1, 3, dtype=torch.bool))
+    assert estimate.item() == pytest.approx(exact.item(), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------
+# B9 rewards.view(G, B)
+
+
+def test_B9_each_prompt_normalised_within_its_own_group(impl):
+    rewards = torch.tensor([0.0, 1.0, 2.0, 5.0, 6.0, 8.0])  # prompt-major: B=2 prompts, G=3 samples each
+    adv = impl.batch_advantages(rewards, 3)
+    expected = torch.cat([impl.group_advantage([0.0, 1.0, 2.0]), impl.group_advantage([5.0, 6.0, 8.0])]).float()
+    assert torch.allclose(adv, expected, atol=1e-6), adv.tolist()
+
+
+def test_B9_rollout_advantages_use_the_true_groups(impl):
+    task, policy, ref_policy, _, cfg, g = tiny_setup(impl, seed=3, prompts_per_batch=3, group_size=5)
+    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
+    prompts = batch["prompts"].view(3, 5, -1)
+    assert (prompts == prompts[:, :1]).all(), "rollout must lay out prompts prompt-major"
+    rewards = batch["rewards"].view(3, 5)  # (B, G)
+    expected = torch.stack([impl.group_advantage(row.tolist()) for row in rewards]).float()  # (B, G)
+    assert rewards.std(dim=1).gt(0).any(), "diagnostic needs a group with reward variance"
+    # expected uses impl's own group_advantage, so only the grouping is under test (equal_nan: B2 is not)
+    assert torch.allclose(batch["advantages"].view(3, 5), expected, atol=1e-6, equal_nan=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# B10 temperature in sampling but not in training log-probs
+
+
+def test_B10_training_logprobs_use_the_sampling_temperature(impl):
+    logits = torch.tensor([1.0, 0.0, -1.0, 0.5])  # (V,)
+    prompts, completions = torch.tensor([[1, 2]]), torch.tensor([[0, 3, 2]])
+    out = impl.policy_logprobs(ConstantPolicy(logits), prompts, completions, 0.5)  # (1, T)
+    expected = torch.log_softmax(logits / 0.5, -1)[completions]
+    assert torch.allclose(out, expected, atol=1e-6), (out.tolist(), expected.tolist())
+
+
+def test_B6_B10_training_logprobs_match_the_sampler(impl):
+    """The rollout's logprob_gap diagnostic: old log-probs recomputed by the training path equal the
+    log-probs of the tokens under the distribution the sampler drew them from (temperature 0.8)."""
+    task, policy, ref_policy, _, cfg, g = tiny_setup(impl, temperature=0.8)
+    batch, stats = impl.rollout(policy, ref_policy, task, cfg, g)
+    mask = batch["mask"]
+    gap = (batch["old_logprobs"] - batch["sampler_logprobs"])[mask].abs().max().item()
+    assert gap < 1e-4, f"training log-probs differ from the sampler's by {gap:.3g}"
+    assert stats["logprob_gap"] < 1e-4
+
+
+# ----------------------------------------------------------------------------------------------
+# B11 no gradient clipping
+
+
+def test_B11_optimizer_step_clips_the_gradient_norm(impl):
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    loss = 1e3 * net(torch.ones(1, 4)).sum()  # gradient norm ~ 2000
+    pre_clip = impl.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=0.0), loss, 1.0)
+    post_clip = torch.cat([p.grad.flatten() for p in net.parameters()]).norm().item()
+    assert pre_clip > 100, "the returned norm is the pre-clip norm"
+    assert post_clip <= 1.0 + 1e-5, f"gradient norm {post_clip:.1f} after optimizer_step, max_grad_norm 1.0"
+
+
+# ----------------------------------------------------------------------------------------------
+# The catalog proof
+
+
+def catalog_tests():
+    """{test name: (function, bug ids in its name, parameter sets)} for every test_Bn_* in this file."""
+    found = {}
+    for name, fn in sorted(globals().items()):
+        if not (name.startswith("test_B") and callable(fn)):
+            continue
+        marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
+        if marks:
+            argnames = [a.strip() for a in marks[0].args[0].split(",")]
+            params = [dict(zip(argnames, values, strict=True)) for values in marks[0].args[1]]
+        else:
+            params = [{}]
+        found[name] = (fn, set(BUG_ID.findall(name)), params)
+    return found
+
+
+def passes(fn, module, params) -> bool:
+    """True when the test body passes on `module` for every parameter set (any exception is a failure)."""
+    for kwargs in params:
+        try:
+            fn(module, **kwargs)
+        except Exception:  # an AssertionError, or the NaN/shape error a bug provokes: pytest fails it too
+            return False
+    return True
+
+
+def test_every_bug_has_a_catalog_test():
+    covered = set().union(*(ids for _, ids, _ in catalog_tests().values()))
+    assert covered == set(catalog.BUG_IDS), f"missing: {set(catalog.BUG_IDS) - covered}"
+
+
+@pytest.mark.parametrize("target", ["buggy", *catalog.BUG_IDS])
+def test_catalog_is_proved(target):
+    """On grpo_buggy every catalog test fails; on hybrid(Bn) exactly the tests naming Bn fail."""
+    from conftest import load_impl
+
+    module = load_impl(target)
+    outcome = {name: passes(fn, module, params) for name, (fn, _, params) in catalog_tests().items()}
+    if target == "buggy":
+        should_fail = set(outcome)
+    else:
+        should_fail = {name for name, (_, ids, _) in catalog_tests().items() if target in ids}
+    wrong = {name: ("passes" if ok else "fails") for name, ok in outcome.items() if ok == (name in should_fail)}
+    assert not wrong, f"on {target}: {wrong}"
+
+
+@pytest.mark.slow
+def test_catalog_cli_option_buggy(tmp_path):
+    """`pytest tests/test_catalog.py --impl=buggy` reports every test_Bn_* as failed."""
+    report = tmp_path / "report.xml"
+    here = Path(__file__).resolve()
+    subprocess.run(
+        [sys.executable, "-m", "pytest", str(here), "--impl=buggy", "-k", "test_B", "-q", "-p", "no:xdist",
+         f"--junitxml={report}"],
+        cwd=here.parent.parent, capture_output=True, text=True, timeout=600,
+    )
+    cases = ET.parse(report).getroot().iter("testcase")
+    outcome = {c.get("name"): c.find("failure") is None and c.find("error") is None for c in cases}
+    assert len(outcome) >= len(catalog.BUG_IDS)
+    passed = [name for name, ok in outcome.items() if ok]
+    assert not passed, f"catalog tests passing on grpo_buggy: {passed}"

@@ -1,0 +1,507 @@
+"""A learned value baseline (a small PPO-style critic) next to GRPO's group baseline, and the exact
+per-prompt values that notebook 05 measures both against.
+
+Everything except the advantage is grpo_fixed's: the same TinyPolicy, rollout/generate, cached old and
+reference log-probs, clipped surrogate (grpo_fixed.grpo_loss), KL penalty, optimizer_step. Three
+baselines, chosen by `train_with_baseline(baseline=...)`:
+
+  "group"   A_i   = (r_i - mean_j r_j) / (std_j r_j + eps) within the prompt's group of G
+            (grpo_fixed.batch_advantages unchanged: this variant reproduces grpo_fixed.train exactly)
+  "critic"  A_i,t = GAE(gamma=1, lambda) from a learned V_phi(s_t), s_t = prompt + completion[:t];
+            with lambda = 1 and an outcome reward, A_i,t = r_i - V_phi(s_t). Scaled by the batch std
+            of the token advantages (no centring, so the baseline is the critic's alone)
+  "none"    A_i   = r_i / (std of the batch's rewards + eps)   (REINFORCE, same scale, no baseline)
+
+The critic is a TinyPolicy whose head outputs one number instead of V logits; it is trained with
+0.5 * masked_mean((V_phi(s_t) - target_t)^2) on the same minibatches as the policy, with its own Adam.
+Symbols: N = B*G sequences, T = max completion length, V = vocabulary size, K = all completions.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+
+import torch
+import torch.nn as nn
+
+import grpo_fixed as gf
+
+BASELINES = ("group", "critic", "none")
+
+
+# ----------------------------------------------------------------------------------------------
+# The critic
+
+
+def make_critic(task, hidden: int = 64) -> gf.TinyPolicy:
+    """TinyPolicy body (embedding -> GRU) with a scalar head: tokens (N, L) -> values (N, L, 1)."""
+    critic = gf.TinyPolicy(task.vocab_size, hidden)
+    critic.head = nn.Linear(hidden, 1)
+    return critic
+
+
+def state_values(critic, prompts, completions):
+    """V_phi(s_t) for every completion position t, s_t = BOS + prompt + completion[:t]. -> (N, T)
+
+    grpo_fixed.completion_logits already returns the output of the position *before* token t,
+    which is exactly the state in which token t is chosen.
+    """
+    return gf.completion_logits(critic, prompts, completions).squeeze(-1)  # (N, T)
+
+
+def last_token(mask):
+    """True at the last generated token of each row (the EOS, or position T-1 if truncated). (N, T)"""
+    mask = mask.bool()
+    after = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)  # (N, T): is t+1 generated?
+    return mask & ~after
+
+
+def gae_advantages(values, rewards, mask, lam: float = 1.0):
+    """Generalised advantage estimation with gamma = 1 and one outcome reward at the last token.
+
+    delta_t = r * [t last] + V(s_{t+1}) * [t+1 generated] - V(s_t);  A_t = delta_t + lam * A_{t+1}.
+    lam = 1: A_t = r - V(s_t) (Monte Carlo); lam = 0: A_t = delta_t (one-step TD).
+    values, mask (N, T); rewards (N,) -> advantages (N, T), zero at masked positions.
+    """
+    mask = mask.bool()
+    values = torch.where(mask, values, 0.0)  # (N, T): V = 0 after the episode ended
+    final = last_token(mask)  # (N, T)
+    adv = torch.zeros_like(values)  # (N, T)
+    next_value = torch.zeros_like(rewards)  # (N,)
+    next_adv = torch.zeros_like(rewards)  # (N,)
+    for t in reversed(range(values.shape[1])):
+        delta = torch.where(final[:, t], rewards, 0.0) + next_value - values[:, t]  # (N,)
+        adv[:, t] = torch.where(mask[:, t], delta + lam * next_adv, 0.0)
+        next_value, next_adv = values[:, t], adv[:, t]
+    return adv
+
+
+def batch_scaled(adv, mask, eps: float = 1e-8):
+    """adv / (std of adv over unmasked entries + eps): PPO's scale normalisation without centring."""
+    picked = adv[mask.bool()]
+    return adv / (picked.std(unbiased=False) + eps)
+
+
+def token_grpo_loss(logprobs, old_logprobs, token_advantages, mask, clip: float = 0.2):
+    """grpo_fixed.grpo_loss with one advantage per token instead of per sequence.
+
+    Every token is treated as a length-1 sequence: the clipped surrogate is per token and the masked
+    mean runs over the same unmasked tokens, so the loss equals grpo_loss when each row's
+    token advantages are all equal. All (N, T) -> scalar.
+    """
+    flat = lambda x: x.reshape(-1, 1)  # noqa: E731  (N*T, 1)
+    return gf.grpo_loss(flat(logprobs), flat(old_logprobs), token_advantages.reshape(-1), flat(mask), clip)
+
+
+def value_loss(values, targets, mask):
+    """0.5 * masked_mean((V_phi(s_t) - target_t)^2); values, targets, mask (N, T)."""
+    return 0.5 * gf.masked_mean((values - targets.detach()).pow(2), mask)
+
+
+def explained_variance(values, targets, mask):
+    """1 - Var(target - V) / Var(target) over unmasked tokens (cleanrl's critic diagnostic; 1 is perfect)."""
+    mask = mask.bool()
+    y, v = targets[mask], values[mask]
+    return (1 - (y - v).var(unbiased=False) / y.var(unbiased=False).clamp(min=1e-12)).item()
+
+
+# ----------------------------------------------------------------------------------------------
+# Training: grpo_fixed's loop with a choice of baseline
+
+
+def attach_advantages(batch, baseline, critic, cfg, lam):
+    """Replace the rollout's group advantages by the chosen baseline's; adds value stats for the critic."""
+    rewards, mask = batch["rewards"], batch["mask"]  # (N,), (N, T)
+    if baseline == "group":
+        return {}
+    if baseline == "none":
+        batch["advantages"] = rewards / (rewards.std(unbiased=False) + cfg.adv_eps)  # (N,)
+        return {}
+    with torch.no_grad():
+        critic.eval()
+        values = state_values(critic, batch["prompts"], batch["completions"])  # (N, T)
+    adv = gae_advantages(values, rewards, mask, lam)  # (N, T)
+    batch["returns"] = torch.where(mask, adv + values, 0.0)  # (N, T): lambda-returns, the critic's target
+    batch["token_advantages"] = batch_scaled(adv, mask, cfg.adv_eps)  # (N, T)
+    return dict(value_error=(values[:, 0] - rewards).abs().mean().item(),
+                explained_variance=explained_variance(values, batch["returns"], mask))
+
+
+def update_policy_and_critic(policy, optimizer, critic, critic_optimizer, batch, cfg, generator):
+    """grpo_fixed.update_policy with per-token advantages, plus one critic step per minibatch."""
+    policy.train()
+    critic.train()
+    N = batch["rewards"].shape[0]
+    records = []
+    for _ in range(cfg.inner_epochs):
+        order = torch.randperm(N, generator=generator)
+        for idx in order.chunk(cfg.minibatches):
+            prompts, completions, mask = batch["prompts"][idx], batch["completions"][idx], batch["mask"][idx]
+            logprobs = gf.policy_logprobs(policy, prompts, completions, cfg.temperature)  # (n, T)
+            old_logprobs = batch["old_logprobs"][idx]  # (n, T)
+            adv = batch["token_advantages"][idx]  # (n, T)
+            kl = gf.kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
+            loss = token_grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip) + cfg.beta * kl
+            grad_norm = gf.optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
+            v_loss = value_loss(state_values(critic, prompts, completions), batch["returns"][idx], mask)
+            gf.optimizer_step(critic, critic_optimizer, v_loss, cfg.max_grad_norm)
+            flat = lambda x: x.reshape(-1, 1)  # noqa: E731  tokens as length-1 rows for the record
+            records.append(gf.inner_step_record(flat(logprobs), flat(old_logprobs), adv.reshape(-1), flat(mask),
+                                                cfg.clip, kl, loss, grad_norm))
+    return records
+
+
+def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapshot_at=(), **overrides):
+    """grpo_fixed.train with the advantage from `baseline` ("group", "critic", "none").
+
+    Returns (history, snapshots): one stats dict per iteration (grpo_fixed's keys, plus value_error
+    and explained_variance for the critic), and {iteration: (policy, critic or None)} deep copies
+    taken *before* that iteration's rollout. baseline="group" gives exactly grpo_fixed.train's stats.
+    """
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    cfg = gf.make_config(**overrides)
+    task = gf.EchoTask() if task is None else task
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    policy = gf.TinyPolicy(task.vocab_size, cfg.hidden, cfg.dropout)
+    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    critic = make_critic(task, cfg.hidden) if baseline == "critic" else None
+    critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr) if critic is not None else None
+    history, snapshots = [], {}
+    for it in range(cfg.steps):
+        if it in snapshot_at:
+            snapshots[it] = (copy.deepcopy(policy).eval(), copy.deepcopy(critic).eval() if critic else None)
+        start = time.perf_counter()
+        batch, stats = gf.rollout(policy, ref_policy, task, cfg, generator)
+        stats.update(attach_advantages(batch, baseline, critic, cfg, lam))
+        if baseline == "critic":
+            records = update_policy_and_critic(policy, optimizer, critic, critic_optimizer, batch, cfg, generator)
+        else:
+            records = gf.update_policy(policy, optimizer, batch, cfg, generator)
+        stats.update(gf.summarize_inner_steps(records))
+        stats.update(iteration=it, seconds=time.perf_counter() - start)
+        history.append(stats)
+    return history, snapshots
+
+
+# ----------------------------------------------------------------------------------------------
+# Cost accounting
+
+
+def parameter_count(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def count_passes(task=None, *, baseline="group", **overrides):
+    """Run one iteration and count network calls: {(network, 'forward' | 'forward+backward'): [calls, rows]}.
+
+    A call under torch.no_grad is forward only; a call with grad enabled is followed by one backward.
+    """
+    counts = {}
+    original = gf.TinyPolicy.forward
+
+    def forward(self, tokens):
+        frozen = not self.embed.weight.requires_grad
+        name = "critic" if self.head.out_features == 1 else ("reference" if frozen else "policy")
+        kind = "forward+backward" if torch.is_grad_enabled() else "forward"
+        calls, rows = counts.get((name, kind), (0, 0))
+        counts[(name, kind)] = (calls + 1, rows + tokens.shape[0])
+        return original(self, tokens)
+
+    gf.TinyPolicy.forward = forward
+    try:
+        train_with_baseline(task, baseline=baseline, steps=1, **overrides)
+    finally:
+        gf.TinyPolicy.forward = original
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact per-prompt values by enumerating every completion
+
+
+def all_completions(task):
+    """Every distinct completion, padded with EOS after the first EOS. -> completions (K, T), mask (K, T)
+
+    K = sum_{l=1..T} (V-1)^(l-1)  [EOS at position l]  +  (V-1)^T  [no EOS, truncated].
+    """
+    T, eos = task.max_completion_length, task.eos_id
+    words = [w for w in range(task.vocab_size) if w != eos]
+    rows, masks = [], []
+    for length in range(1, T + 1):
+        for body in itertools.product(words, repeat=length - 1):
+            rows.append(list(body) + [eos] * (T - length + 1))
+            masks.append([True] * length + [False] * (T - length))
+    for body in itertools.product(words, repeat=T):
+        rows.append(list(body))
+        masks.append([True] * T)
+    return torch.tensor(rows), torch.tensor(masks)
+
+
+def all_prompts(task):
+    """Every prompt of a task whose prompt tokens are 1..V-1 (EchoTask, SparseMatchTask). -> (n, P)"""
+    words = range(1, task.vocab_size)
+    return torch.tensor(list(itertools.product(words, repeat=task.prompt_length)))
+
+
+@torch.no_grad()
+def exact_outcomes(policy, task, prompts, temperature):
+    """Probability and reward of every completion of every prompt under the sampling policy.
+
+    p(o | x) = exp(sum_t mask_t * log pi_T(o_t | x, o_<t)). prompts (n, P) -> probs (n, K), rewards (n, K);
+    the value of prompt x is V(x) = sum_k probs[x, k] * rewards[x, k].
+    """
+    completions, mask = all_completions(task)  # (K, T)
+    n, K = prompts.shape[0], completions.shape[0]
+    x = prompts.repeat_interleave(K, 0)  # (n*K, P)
+    o, m = completions.repeat(n, 1), mask.repeat(n, 1)  # (n*K, T)
+    policy.eval()
+    logp = gf.policy_logprobs(policy, x, o, temperature)  # (n*K, T)
+    seq_logp = torch.where(m, logp, 0.0).sum(1).view(n, K)  # (n, K)
+    rewards = task.reward(x, o, m).float().view(n, K)  # (n, K)
+    return seq_logp.exp(), rewards
+
+
+@torch.no_grad()
+def critic_prompt_values(critic, prompts, task):
+    """V_phi(s_0): the critic's value of each prompt before any completion token. (n,)"""
+    dummy = torch.full((prompts.shape[0], 1), task.eos_id)  # (n, 1): only the state before token 0 is used
+    return state_values(critic, prompts, dummy)[:, 0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Baselines as estimators of V(x), for rewards laid out prompt-major (B*G,) = [x0]*G, [x1]*G, ...
+
+
+def group_mean_baseline(rewards, G):
+    """b_i = mean of i's own group (r_i included), the GRPO baseline. (..., B*G) -> (..., B*G)"""
+    groups = rewards.unflatten(-1, (-1, G))  # (..., B, G)
+    return groups.mean(-1, keepdim=True).expand_as(groups).flatten(-2)
+
+
+def leave_one_out_baseline(rewards, G):
+    """b_i = mean of the other G-1 rewards of i's group (RLOO). (..., B*G) -> (..., B*G)"""
+    groups = rewards.unflatten(-1, (-1, G))  # (..., B, G)
+    return ((groups.sum(-1, keepdim=True) - groups) / (G - 1)).flatten(-2)
+
+
+def wrong_axis_baseline(rewards, G):
+    """The mean that B9 subtracts: grpo_buggy reshapes (B*G,) to (G, B) and averages each row of B
+    consecutive rewards, so a "group" spans parts of several prompts. (..., B*G) -> (..., B*G)"""
+    rows = rewards.unflatten(-1, (G, -1))  # (..., G, B): the buggy view
+    return rows.mean(-1, keepdim=True).expand_as(rows).flatten(-2)
+
+
+def reward_levels(probs, rewards):
+    """Collapse the K completions to the distinct reward values. -> levels (U,), level_probs (n, U)"""
+    levels, which = torch.unique(rewards, return_inverse=True)  # (U,), (n, K)
+    level_probs = torch.zeros(probs.shape[0], levels.numel(), dtype=probs.dtype).scatter_add_(1, which, probs)
+    return levels, level_probs
+
+
+def sample_rewards(levels, level_probs, prompt_ids, G, generator):
+    """Draw G rewards for each listed prompt from its exact reward distribution (inverse CDF).
+
+    levels (U,), level_probs (n, U); prompt_ids (R, B) the prompt of each of B slots in each of R batches.
+    -> rewards (R, B*G), prompt-major within each batch like grpo_fixed.rollout.
+    """
+    R, B = prompt_ids.shape
+    cdf = level_probs.cumsum(1)[prompt_ids]  # (R, B, U)
+    u = torch.rand(R, B, G, generator=generator, dtype=cdf.dtype)  # (R, B, G)
+    index = (u[..., None] > cdf[:, :, None, :]).sum(-1).clamp(max=levels.numel() - 1)  # (R, B, G)
+    return levels[index].reshape(R, B * G)
+
+
+def error_stats(baseline, values, prompt_ids, n_prompts):
+    """How well a baseline b estimates its prompt's value V(x); the advantage error is A_hat - A = V - b.
+
+    baseline, values (R, N): b and V(x) per sampled slot; prompt_ids (R, N) the slot's prompt.
+    -> mse = E[(b - V)^2], bias2 = E_x[(E[b | x] - V(x))^2] (slot-weighted), variance = mse - bias2,
+    and per-prompt mean and std of b: mean_b (n_prompts,), std_b (n_prompts,).
+    """
+    err = (baseline - values).reshape(-1).double()  # (R*N,)
+    ids = prompt_ids.reshape(-1)
+    count = torch.bincount(ids, minlength=n_prompts).double().clamp(min=1)  # (n,)
+    mean_err = torch.bincount(ids, err, minlength=n_prompts) / count  # (n,)
+    b = baseline.reshape(-1).double()
+    mean_b = torch.bincount(ids, b, minlength=n_prompts) / count
+    std_b = (torch.bincount(ids, b * b, minlength=n_prompts) / count - mean_b**2).clamp(min=0).sqrt()
+    mse = err.pow(2).mean().item()
+    bias2 = mean_err[ids].pow(2).mean().item()
+    return dict(mse=mse, bias2=bias2, variance=mse - bias2, mean_b=mean_b, std_b=std_b)
+
+
+def baseline_experiment(probs, rewards, critic_values, Gs, *, B=16, repeats=400, seed=0):
+    """Error of every baseline as an estimate of V(x), for each group size G (exact V, sampled rewards).
+
+    probs, rewards (n, K) from exact_outcomes; critic_values (n,) = V_phi(s_0). Each repeat is one
+    rollout batch of B uniformly drawn prompts x G samples, prompt-major like grpo_fixed.rollout.
+    "no reset" draws a *different* prompt for each of the G samples of a group (a start state that
+    cannot be replayed). -> {G: {baseline name: error_stats}}
+    """
+    n = probs.shape[0]
+    value = (probs * rewards).sum(1)  # (n,) exact V(x)
+    levels, level_probs = reward_levels(probs, rewards)  # (U,), (n, U)
+    out = {}
+    for G in Gs:
+        g = torch.Generator().manual_seed(seed + G)
+        prompt_ids = torch.randint(0, n, (repeats, B), generator=g)  # (R, B)
+        r = sample_rewards(levels, level_probs, prompt_ids, G, g)  # (R, B*G)
+        slot_ids = prompt_ids.repeat_interleave(G, 1)  # (R, B*G)
+        free_ids = torch.randint(0, n, (repeats, B * G), generator=g)  # (R, B*G): every sample its own state
+        r_free = sample_rewards(levels, level_probs, free_ids, 1, g)  # (R, B*G)
+        stats = {
+            "no baseline": torch.zeros_like(r),
+            "group mean": group_mean_baseline(r, G),
+            "leave-one-out": leave_one_out_baseline(r, G) if G > 1 else torch.zeros_like(r),
+            "critic": critic_values[slot_ids],
+            "B9 wrong axis": wrong_axis_baseline(r, G),
+        }
+        out[G] = {name: error_stats(b, value[slot_ids], slot_ids, n) for name, b in stats.items()}
+        out[G]["no reset"] = error_stats(group_mean_baseline(r_free, G), value[free_ids], free_ids, n)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-token credit assignment
+
+
+def exact_prefix_values(probs, rewards, completions, mask, k):
+    """Exact V(s_t) = E[r | o_<t = prefix of completion k] for t = 0..L_k (V(s_L) = r_k, the outcome).
+
+    probs, rewards (K,) for one prompt; completions, mask (K, T) from all_completions. -> (L_k + 1,)
+    """
+    length = int(mask[k].sum())
+    out = []
+    for t in range(length):
+        same = (completions[:, :t] == completions[k, :t]).all(1)  # (K,): completions sharing the prefix
+        out.append((probs[same] * rewards[same]).sum() / probs[same].sum())
+    out.append(rewards[k])
+    return torch.stack(out)
+
+
+def credit_assignment(horizons, *, G=8, p=0.5, groups=4000, seed=0):
+    """T independent binary choices c_t (right w.p. p), reward r = mean_t c_t; true A*_t = (c_t - p) / T.
+
+    Estimators of A*_t: "group" r_i - mean of its group (one number broadcast to all T tokens),
+    "critic lambda=1" r - V(s_t), "critic lambda=0" V(s_{t+1}) - V(s_t), both with the exact
+    V(s_t) = (sum_{s<t} c_s + (T - t) p) / T. -> {T: {name: (corr with A*_t, share of right tokens with A < 0)}}
+    """
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for T in horizons:
+        c = (torch.rand(groups, G, T, generator=g, dtype=torch.float64) < p).double()  # (groups, G, T)
+        r = c.mean(-1)  # (groups, G)
+        true = (c - p) / T  # (groups, G, T)
+        done = torch.cumsum(c, -1) - c  # (groups, G, T): right choices before t
+        v = (done + (T - torch.arange(T)) * p) / T  # (groups, G, T): exact V(s_t)
+        estimates = {
+            "group": (r - r.mean(-1, keepdim=True))[..., None].expand_as(true),
+            "critic lambda=1": r[..., None] - v,
+            "critic lambda=0": true.clone(),  # V(s_{t+1}) - V(s_t) = (c_t - p) / T exactly
+        }
+        right = c.bool()
+        out[T] = {name: (torch.corrcoef(torch.stack([a.flatten(), true.flatten()]))[0, 1].item(),
+                         (a[right] < -1e-12).double().mean().item()) for name, a in estimates.items()}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Length bias of per-sequence normalisation (Dr. GRPO, Liu et al. 2025)
+
+
+def length_distribution(continue_logit, max_length=32):
+    """Geometric length with a forced stop: P(L) = q^(L-1) (1 - q) for L < Lmax, q^(Lmax-1) at Lmax.
+
+    q = sigmoid(theta). -> lengths (Lmax,), log P(L) (Lmax,) differentiable in theta.
+    """
+    lengths = torch.arange(1, max_length + 1, dtype=torch.float64)
+    log_q, log_stop = torch.nn.functional.logsigmoid(continue_logit), torch.nn.functional.logsigmoid(-continue_logit)
+    log_p = (lengths - 1) * log_q + log_stop * (lengths < max_length)  # the last length has no stop token to pay
+    return lengths, log_p
+
+
+def length_gradient(continue_logit, advantage, weighting, max_length=32):
+    """Exact expected policy gradient on the continue logit when every sequence has advantage A
+    (so the reward does not depend on length, and the true gradient is 0).
+
+    Per-token weight w(L) * A: weighting "sequence" w = 1/L (each sequence's token sum divided by |o_i|),
+    "token" w = 1/E[L] (one constant for all tokens: the twins' masked mean over a large batch, and
+    Dr. GRPO's fix). E[grad] = sum_L P(L) w(L) A d log P(L)/d theta.
+    """
+    theta = torch.as_tensor(continue_logit, dtype=torch.float64).clone().requires_grad_(True)
+    lengths, log_p = length_distribution(theta, max_length)
+    prob = log_p.exp().detach()
+    weight = 1 / lengths if weighting == "sequence" else 1 / (prob * lengths).sum()
+    (grad,) = torch.autograd.grad((prob * weight * advantage * log_p).sum(), theta)
+    return grad.item(), (prob * lengths).sum().item()
+
+
+def length_drift(weighting, *, steps=60, lr=2.0, start=1.0, max_length=32):
+    """Gradient ascent on the continue logits of right (A=+1) and wrong (A=-1) answers.
+    -> mean lengths per step: {"right": [...], "wrong": [...]}"""
+    theta = {"right": start, "wrong": start}
+    sign = {"right": 1.0, "wrong": -1.0}
+    trace = {"right": [], "wrong": []}
+    for _ in range(steps):
+        for branch in theta:
+            grad, mean_length = length_gradient(theta[branch], sign[branch], weighting, max_length)
+            trace[branch].append(mean_length)
+            theta[branch] += lr * grad
+    return trace
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures
+
+
+_FIGURES_ON = [True]
+
+
+class figures_off:
+    """Inside `with figures_off():` show_figure closes figures instead of displaying them, so a check
+    cell can drive a slider for its numbers without a figure output (nbval routes widget output into
+    the cell, nbconvert into the widget)."""
+
+    def __enter__(self):
+        _FIGURES_ON.append(False)
+
+    def __exit__(self, *exc):
+        _FIGURES_ON.pop()
+
+
+def show_figure(fig):
+    """plt.show() the figure, or close it inside figures_off()."""
+    import matplotlib.pyplot as plt
+
+    if _FIGURES_ON[-1]:
+        plt.show()
+    else:
+        plt.close(fig)
+
+
+def draw_baseline_per_prompt(ax, value, stats, color, label):
+    """Per prompt: mean baseline +- its std against the exact value V(x); the diagonal is b = V(x)."""
+    ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, zorder=0)
+    ax.errorbar(value, stats["mean_b"], yerr=stats["std_b"], fmt="o", ms=3, color=color, lw=0.8, label=label)
+    ax.set_xlabel("exact value V(x) of the prompt")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+
+
+def plot_errors_vs_G(ax, errors, colors):
+    """MSE of each baseline (as an estimate of V(x)) against G, log-log; dashed: its bias^2 part."""
+    Gs = sorted(errors)
+    for name, color in colors.items():
+        ax.plot(Gs, [errors[G][name]["mse"] for G in Gs], color=color, label=name)
+        if name in ("critic", "B9 wrong axis", "no reset"):
+            ax.plot(Gs, [max(errors[G][name]["bias2"], 1e-6) for G in Gs], color=color, ls="--", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("group size G")
+    ax.set_ylabel("E[(b - V(x))^2]")
+    ax.legend(fontsize="small", ncol=2)

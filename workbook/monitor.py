@@ -132,7 +132,8 @@ PROBE_INFO = {
         "isfinite(log pi(token 0)) for logits [0, 200]", "exact answer -200 is finite",
         "log(softmax) underflows to log(0) = -inf; logits - logsumexp does not", "B7"),
     "KL estimator is unbiased for KL(pi || ref)": CheckInfo(
-        "|mean k3 - exact KL| <= 0.01 over 20000 tokens drawn from pi", "Monte Carlo noise is well below 0.01",
+        "|mean k3 - exact KL| <= 0.01 over 20000 tokens drawn from pi",
+        "Monte Carlo std of the mean is 0.005, so 0.01 is only 2 std (seeded, so deterministic); reversed gives 6.0",
         "the reversed log-ratio is still >= 0 (so the per-iteration KL check passes) but estimates a different "
         "quantity", "B8"),
     "gradients clipped to max_grad_norm": CheckInfo(
@@ -165,7 +166,8 @@ def check_table(kind: str = "iteration") -> str:
 def markdown_table(header: list[str], rows: list[list]) -> str:
     """A markdown table (display it with IPython.display.Markdown)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+    cells = [[str(c).replace("|", "\\|") for c in row] for row in rows]  # a bare | would end the cell
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,6 +250,13 @@ class HealthMonitor:
         order = {name: i for i, name in enumerate([*PROBE_INFO, *self.checks])}
         return sorted(self.first_failure.items(), key=lambda kv: (kv[1], order.get(kv[0], len(order))))
 
+    def first_iteration_failure(self) -> tuple[int, list[str]] | None:
+        """(iteration, failed checks) of the first iteration where any per-iteration check failed, or None."""
+        for i, (stats, failed) in enumerate(zip(self.history, self.failures, strict=True)):
+            if failed:
+                return stats.get("iteration", i), failed
+        return None
+
     def report(self) -> str:
         """Plain-text summary: first flags, how often each check failed, stats that were missing."""
         counts = {name: sum(name in f for f in self.failures) for name in self.checks}
@@ -297,7 +306,7 @@ DASHBOARD = {
     "clip_frac_neg": ((0.0, 0.3), "linear"),
     "kl": ((-1e-6, 1e3), "linear"),
     "entropy": ((0.01, 1e3), "linear"),
-    "grad_norm": ((0.0, 100.0), "symlog"),
+    "grad_norm": ((0.0, 100.0), "log"),
     "loss": (None, "linear"),
     "nonfinite_steps": ((-0.5, 0.5), "linear"),
 }
@@ -309,7 +318,8 @@ def plot_stat(ax, history, key, *, color, label=None):
     ys = [float(s[key]) for s in history]
     ax.plot(range(len(ys)), [y if math.isfinite(y) else math.nan for y in ys], color=color, label=label, lw=1.2)
     bad = [i for i, y in enumerate(ys) if not math.isfinite(y)]
-    ax.plot(bad, [0.96] * len(bad), "x", color=color, ms=4, transform=ax.get_xaxis_transform(), clip_on=False)
+    if bad:
+        ax.plot(bad, [0.96] * len(bad), "x", color=color, ms=4, transform=ax.get_xaxis_transform())
     return len(bad)
 
 
@@ -319,17 +329,22 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
     histories {label: list of stats dicts}; colors {label: colour}. -> fig, {key: count of non-finite per label}
     """
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     keys = list(DASHBOARD) if keys is None else keys
     nrows = -(-len(keys) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained", sharex=True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained", sharex=True, squeeze=False)
     nonfinite = {}
     for ax, key in zip(axes.flat, keys, strict=False):
         band, scale = DASHBOARD[key]
         nonfinite[key] = {label: plot_stat(ax, h, key, color=colors[label], label=label)
                           for label, h in histories.items()}
-        if scale == "symlog":
+        if scale == "symlog":  # linear below 1e-8, so exact zeros are drawn; log above
+            top = max([1.0] + [3 * float(s[key]) for h in histories.values() for s in h if math.isfinite(s[key])])
             ax.set_yscale("symlog", linthresh=1e-8)
+            ax.set_ylim(-1e-9, top)
+        elif scale == "log":
+            ax.set_yscale("log")
         if band is not None:
             ylim = ax.get_ylim()
             ax.axhspan(*band, color="#2ca02c", alpha=0.12, lw=0)
@@ -340,7 +355,9 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("iteration", fontsize=8)
-    axes.flat[0].legend(fontsize=7)
+    handles, _ = axes.flat[0].get_legend_handles_labels()
+    band_patch = Patch(color="#2ca02c", alpha=0.12, label="range the check accepts")
+    axes.flat[0].legend(handles=[*handles, band_patch], fontsize=7)
     return fig, nonfinite
 
 
@@ -365,7 +382,11 @@ def plot_failures(ax, monitor: HealthMonitor, upto: int, *, color: str, show_nam
     ax.imshow(matrix, aspect="auto", cmap=ListedColormap(["#e8f3e8", color]), vmin=0, vmax=1,
               interpolation="nearest")
     ax.add_patch(Rectangle((upto - 0.5, -0.5), 1, len(names), fill=False, lw=1.5))
-    ax.set_yticks(range(len(names)), names if show_names else [""] * len(names), fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.tick_params(axis="y", labelleft=show_names)
+    ax.set_yticks([i + 0.5 for i in range(len(names) - 1)], minor=True)
+    ax.grid(which="minor", axis="y", color="white", lw=1)
+    ax.tick_params(which="minor", left=False)
     ax.tick_params(axis="x", labelsize=7)
     failed_now = monitor.failures[upto] if upto < len(monitor.failures) else []
     ax.set_xlabel(f"iteration  (preflight: {len(monitor.preflight_failures)} probes fail; "

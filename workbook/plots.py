@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import matplotlib.pyplot as plt
 
 BUGGY = "#d62728"
@@ -34,3 +36,20 @@ def curves(ax, histories: dict, key: str, *, colors: dict | None = None, smooth:
     ax.set_ylabel(key)
     ax.legend(fontsize="small")
     return ax
+
+
+@contextmanager
+def figures_not_shown():
+    """Inside the block, plt.show() closes the open figures instead of displaying them.
+
+    For nbval check cells that move a slider from Python (workbook.widgets.set_value): nbval does not
+    route Output-widget messages, so the redrawn figure would land in the check cell's own outputs
+    (an extra '<Figure ...>' that the stored notebook does not have). The draw function still runs and
+    returns its numbers; in a browser the widget keeps its previous figure until the next redraw.
+    """
+    show = plt.show
+    plt.show = lambda *args, **kwargs: plt.close("all")
+    try:
+        yield
+    finally:
+        plt.show = show

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import matplotlib.pyplot as plt
 
 BUGGY = "#d62728"
@@ -38,18 +36,21 @@ def curves(ax, histories: dict, key: str, *, colors: dict | None = None, smooth:
     return ax
 
 
-@contextmanager
-def figures_not_shown():
-    """Inside the block, plt.show() closes the open figures instead of displaying them.
+
+class figures_not_shown:  # noqa: N801  (used like a function: `with figures_not_shown(): ...`)
+    """Context manager: inside the block, plt.show() closes the open figures instead of displaying them.
 
     For nbval check cells that move a slider from Python (workbook.widgets.set_value): nbval does not
     route Output-widget messages, so the redrawn figure would land in the check cell's own outputs
     (an extra '<Figure ...>' that the stored notebook does not have). The draw function still runs and
     returns its numbers; in a browser the widget keeps its previous figure until the next redraw.
     """
-    show = plt.show
-    plt.show = lambda *args, **kwargs: plt.close("all")
-    try:
-        yield
-    finally:
-        plt.show = show
+
+    def __enter__(self):
+        self._show = plt.show
+        plt.show = lambda *args, **kwargs: plt.close("all")
+        return self
+
+    def __exit__(self, *exc):
+        plt.show = self._show
+        return False

@@ -36,7 +36,6 @@ def curves(ax, histories: dict, key: str, *, colors: dict | None = None, smooth:
     return ax
 
 
-
 class figures_not_shown:  # noqa: N801  (used like a function: `with figures_not_shown(): ...`)
     """Context manager: inside the block, plt.show() closes the open figures instead of displaying them.
 

@@ -44,7 +44,7 @@ import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from workbook import nb02
 from workbook.catalog import hybrid
-from workbook.plots import BUGGY, FIXED, REFERENCE, curves
+from workbook.plots import BUGGY, FIXED, REFERENCE, curves, figures_not_shown
 from workbook.widgets import live_figure, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
@@ -102,10 +102,11 @@ print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  
 # - **Step 0** is the only on-policy step: `max|rho-1|` is 0 to the last bit (same weights, same
 #   inputs, same code path, so the same floats).
 # - **Step 1** is minibatch 1 of epoch 0. Those 32 sequences were never trained on, yet the ratio is
-#   already off by up to STEP1_DEV: the step on minibatch 0 moved the *shared* weights, and every
-#   sequence's log-prob moved with them. "Not 1 on the first pass" is therefore expected as soon as
-#   there is more than one minibatch.
-# - **Steps 2-3** (epoch 1) see a policy two and three updates away, and clipping engages.
+#   already off by up to 0.35 (and one A<0 token is clipped): the step on minibatch 0 moved the *shared*
+#   weights, and every sequence's log-prob moved with them. "Not 1 on the first pass" is therefore
+#   expected as soon as there is more than one minibatch.
+# - **Steps 2-3** (epoch 1) see a policy two and three updates away: max |ρ − 1| 0.57 and 0.59, and
+#   9 then 17 tokens clipped.
 #
 # This is why GRPO/PPO as implemented is *not strictly on-policy*: one rollout batch feeds several
 # optimizer steps, and only the first of them evaluates the policy that generated the data. The ratio
@@ -152,13 +153,15 @@ for k, ratio in enumerate(trace["ratio"]):
     weighted = (token_adv * ratio.log()).mean().item()
     agree = (torch.sign(ratio.log()) == torch.sign(token_adv))[nonzero].float().mean().item()
     print(f"{k}   {pos:11.4f}  {neg:12.4f}   {weighted:+15.4f}   {agree:24.2f}   {trace['clipped'][k]:7.3f}")
-same = max((a - b).abs().max().item() for a, b in zip(trace["ratio"], trace["loss_ratio"], strict=True))
+same = max((a.sort().values - b.sort().values).abs().max().item()  # the loss's tokens come in shuffled order
+           for a, b in zip(trace["ratio"], trace["loss_ratio"], strict=True))
 print(f"\n(the eval-mode ratio we measure equals the one the loss used, to {same:.1e}: no dropout here)")
 
 # %% [markdown]
-# The sign shows in every row after step 0: mean ratio above 1 for A > 0, below 1 for A < 0, and
-# mean $A\log\rho$ positive and growing. Token by token it holds only for about AGREE_FRAC of the
-# tokens (last column), for the sharing reasons above.
+# The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0085 after one step,
+# 1.0628 at k = 7), below 1 for A < 0 (0.9643, then 0.8164), and mean $A\log\rho$ positive and
+# growing (+0.0187 to +0.1343). Token by token it holds for only 56-67% of the tokens (the
+# `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the sharing reasons above.
 #
 # Note the asymmetry: A < 0 tokens fall further below 1 than A > 0 tokens rise above it. A token's
 # ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), and mid-run the A > 0
@@ -175,6 +178,11 @@ for label, sel in [("A>0", token_adv > 0), ("A<0", token_adv < 0)]:
 fig = nb02.draw_histograms(trace, steps=(1, 3, 7), clip=0.2)
 fig.suptitle("grpo_fixed: ratio pi_k / pi_old by sign of A (dashed: clip window 0.8, 1.2)")
 plt.show()
+
+# %% [markdown]
+# The A > 0 tokens have mean $\pi_\text{old}$ 0.728 against 0.536 for A < 0, and 49% of them have
+# $\pi_\text{old} > 1/1.2$: their ratio can *never* reach $1+\epsilon = 1.2$, so they can never be clipped.
+# The A < 0 tokens have no floor but 0, which is where the long left tail of the histograms comes from.
 
 # %% [markdown]
 # > **You should know.** The natural drift pushes A > 0 tokens toward $1+\epsilon$ and A < 0 tokens toward
@@ -237,25 +245,25 @@ def show(result):
 show(w.result)  # the defaults: 10 steps, lr 3e-3, clip 0.2
 
 # %%
-show(set_value(w, "lr", 1e-3))  # a smaller step: clipping engages later
-
-# %%
-show(set_value(w, "inner steps", 2))  # 2 steps at lr 1e-3: nothing reaches the window yet
+with figures_not_shown():  # the redraw runs; nbval cannot route widget output, so it is not displayed here
+    show(set_value(w, "lr", 1e-3))  # a smaller step: clipping engages later
 
 # %% [markdown]
 # What the numbers say:
 #
 # - **When clipping engages.** Never at k = 0 (ratio exactly 1). At the default lr = 3e-3 the fixed
-#   twin already clips some tokens at k = 1; at lr = 1e-3 it first clips at k = 2; with only 2 inner
-#   steps at lr = 1e-3 it never clips. Clipping is a multi-step phenomenon: the more inner steps and the
-#   larger the lr, the earlier and the more.
-# - **B3: never.** The loss sees 1.0000 at every step, while the true ratio at the last default step
-#   spans B3_RANGE, against FIXED_RANGE for the fixed twin: without a live clip, nothing stops the
-#   tokens that already moved from being pushed further.
+#   twin already clips some tokens at k = 1; at lr = 1e-3 it first clips at k = 2, so a loop of only
+#   2 inner steps at that lr never clips at all. The more inner steps and the larger the lr, the
+#   earlier and the more.
+# - **B3: never.** The loss sees a ratio of 1 at every step (dotted line), while the true ratio at the
+#   last default step spans [0.030, 6.751], against [0.163, 2.991] for the fixed twin (at lr = 1e-3:
+#   [0.261, 2.243] against [0.389, 1.817]). Without a live clip, nothing stops tokens that already
+#   moved from being pushed further.
 # - **Clipping is not a hard constraint.** Even in the fixed twin a similar fraction of tokens ends up
-#   outside the window (OUTSIDE). A clipped token loses *its own* surrogate gradient, but the weights
-#   are shared, so the other tokens' gradients still move it. What clipping bounds is the incentive,
-#   hence the tails (max / min), not every token.
+#   outside the window at the last step (0.237 against 0.272 for B3 at the defaults). A clipped token
+#   loses *its own* surrogate gradient, but the weights are shared, so the other tokens' gradients
+#   still move it. What clipping removes is the incentive, which shows in the tails (min / max), not
+#   in every token.
 
 # %% [markdown]
 # > **You should know.** Clipping engages only after the policy has moved: never at the first inner
@@ -312,7 +320,9 @@ for name, (module, overrides) in variants.items():
 # The B10 and B6 rows are the lesson: **a ratio of exactly 1 at step 0 proves consistency, not
 # correctness.** In these twins the old log-probs are recomputed by the trainer, so both sides of the
 # ratio carry the same mistake; in a pipeline whose old log-probs come from the sampler, the same bugs
-# show up directly as `rho0 sampler` ≠ 0. B10 is harmless at T = 1 (last-but-one row: gap ~1e-7).
+# show up directly as `rho0 sampler` ≠ 0 (1.27 for B10, 30.1 for B6). B10 is harmless at T = 1
+# (last-but-one row: gap 4.77e-07, float round-off between the sampler's incremental forward and the
+# trainer's full one).
 
 # %% [markdown]
 # ### 5a. Dropout: ratio ≠ 1 without any learning
@@ -336,9 +346,10 @@ for p in (0.0, 0.1, 0.3):
           f"eval-mode max|rho-1| {(eval_ratio - 1).abs().max():.1e}")
 
 # %% [markdown]
-# With lr = 0 the eval-mode ratio is exactly 1, the train-mode one is not: the spread is pure dropout
-# noise. Fixes: turn dropout off for RL fine-tuning (TRL's `GRPOConfig` has a `disable_dropout`
-# option for this), or compute the old and the new log-probs in the same mode.
+# With lr = 0 the eval-mode ratio is exactly 1, the train-mode one is not: with dropout 0.1 it ranges
+# over [0.528, 2.282] and the loss clips 17 of 426 tokens on pure noise (24 at dropout 0.3).
+# Fixes: turn dropout off for RL fine-tuning (TRL's `GRPOConfig` has a `disable_dropout` option for
+# this), or compute the old and the new log-probs in the same mode.
 
 # %% [markdown]
 # ### 5b. Temperature mismatch (B10), on 5 logits
@@ -359,8 +370,9 @@ print(f"expected ratio under sampling, E_pT[p1/pT] = sum p1 = {(p_T * p_1 / p_T)
 # %% [markdown]
 # With T < 1 the sampler is sharper than what B10 scores: the likely tokens (the ones usually drawn) get
 # ratio < 1, the unlikely ones ratio > 1. The mean ratio under sampling is exactly 1 (an importance
-# weight always averages to 1), but the mean log-ratio is negative: a systematic bias, not noise. On
-# the fresh mid-run batch, the B10 row above shows a gap of GAP_B10 nats.
+# weight always averages to 1), but the mean log-ratio is negative (−0.0183 here, it is
+# $-\text{KL}(p_T \| p_1)$): a systematic bias, not noise. On the snapshot's batch the B10 row above
+# shows a gap of 0.92 nats between trainer and sampler.
 
 # %% [markdown]
 # ### 5c. Shift misalignment (B6): which logit scores which token
@@ -379,7 +391,7 @@ for t in range(T):
 # %% [markdown]
 # B6 asks "how likely is the *next* token to equal this one?": a different quantity, consistent between
 # old and new log-probs (ratio 1 at step 0 in the table) but far from what the sampler drew (the B6 row's
-# gap, GAP_B6 nats, is the largest). Worse, the gradient then trains that wrong conditional.
+# gap, 3.44 nats, is the largest). Worse, the gradient then trains that wrong conditional.
 #
 # > **You should know.** Print two things before trusting any ratio: `ratio_first_maxdev` (must be 0:
 # > catches dropout/train-mode and any old-vs-new code-path difference) and `logprob_gap` between the
@@ -442,8 +454,9 @@ for name, loss_fn in [("exp (grpo_loss)", grpo_fixed.grpo_loss), ("no exp (hypot
 
 # %% [markdown]
 # Same gradient −A on the A > 0 tokens, **zero** on the A < 0 tokens, and the loss value is no longer 0
-# at the first step (it is the constant $-\frac1n\sum_{A<0} 0.8A$ = NOEXP_LOSS here). Over a range of
-# log-ratios, the region where a token gets surrogate gradient:
+# at the first step: it is the constant
+# $-\frac1n\sum_{A<0} 0.8A = -\frac18\,(2 \cdot 0.8 \cdot (-0.5) + 2 \cdot 0.8 \cdot (-1.5)) = 0.4$.
+# Over a range of log-ratios, the region where a token gets surrogate gradient:
 
 # %%
 x = torch.linspace(-1.5, 1.5, 301)  # log-ratio logp - old_logp
@@ -464,6 +477,12 @@ for a in (1.0, -1.0):
               f"(ratio e^x in [{active.min().exp():.3f}, {active.max().exp():.3f}])")
 
 # %% [markdown]
+# Read the printout against the derivation (grid step 0.01 in log-ratio): with `exp`, an A > 0 token
+# keeps its gradient up to ρ ≈ 1.2 and an A < 0 token down to ρ ≈ 0.8, a window around the first step.
+# Without `exp`, the A > 0 window runs to ρ = e^1.2 = 3.32, and the A < 0 token gets gradient only once
+# ρ ≥ e^0.8 = 2.23: it is silent at the first step and everywhere it should be pushed down. Note also
+# the `exp` curves' slope: the gradient is $A\rho$, the importance weight at work; the no-exp one is flat.
+#
 # Can it still train? A short run of each (40 iterations, 8 prompts per batch, seed 0), the no-exp run
 # being the fixed twin with only `grpo_loss` swapped:
 
@@ -482,7 +501,8 @@ ax.set_title("EchoTask reward, seed 0 (5-iteration moving mean)", fontsize="medi
 plt.show()
 
 # %% [markdown]
-# It still learns here: the A > 0 tokens get exactly the policy-gradient push they get with `exp`, so
+# It still learns here (reward 0.729 over the last 10 iterations, against 0.833 with `exp`, on this
+# one seed): the A > 0 tokens get exactly the policy-gradient push they get with `exp`, so
 # the model does "reinforce the above-average samples" and ignores the below-average ones. What is
 # lost: the A < 0 signal, the importance weighting on later inner steps, and a trust region in the
 # right place (A > 0 tokens are pushed until a ratio of 3.32). On a task where learning from failures

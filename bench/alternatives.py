@@ -1,0 +1,83 @@
+"""Prototypes of faster token_logprobs variants, benchmarked beside grpo_fixed.token_logprobs.
+
+Why they can be faster on CPU (torch 2.13): torch.logsumexp is a composite op, amax, then
+(x - max) into a new tensor, exp_ (the accurate Sleef exp), sum, log: about four reads and two
+writes of its input. torch.log_softmax is one fused vectorised kernel (max pass, sum-exp pass with
+a faster exp, one write), about twice as fast per element. Its autograd node, however, saves its
+(..., T, V) output for the backward pass, which is the second logits-sized tensor we must avoid.
+
+- chunked_log_softmax: log_softmax + gather chunk by chunk. Fast and lean under no_grad (old and
+  reference log-probs); under autograd the chunks' outputs are kept: a logits-sized tensor in total.
+- fused_token_logprobs: a torch.autograd.Function. Forward = chunked log_softmax + gather, saving
+  only (logits, tokens). Backward = g * (onehot(token) - softmax(logits)), chunk by chunk, written
+  into the one (..., T, V) gradient tensor that any implementation must return.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CHUNK_ELEMENTS = 1 << 19
+"""logits elements per chunk: 2 MB of float32, so each chunk's temporary stays in a 2 MB L2 cache"""
+
+
+def _rows(t: torch.Tensor, dims: int) -> torch.Tensor:
+    """View t (..., T[, V]) as (R, T[, V]); `dims` = number of trailing dims after the leading ones."""
+    return t.flatten(0, -dims - 1) if t.dim() > dims else t.unsqueeze(0)
+
+
+def chunks(logits, *aligned, budget: int | None = None):
+    """Zip of aligned chunks (logits_chunk, *aligned_chunks) covering logits (..., T, V) in pieces of
+    about `budget` elements: whole rows (r, T, V) when a (T, V) slice fits, else (t, V) slices of a row.
+    `aligned` tensors share the leading (..., T) dims with logits (tokens (..., T), grads (..., T, V)).
+    Pieces come from split/unbind, so autograd sees one backward node, not one full-size slice per chunk."""
+    budget = budget or CHUNK_ELEMENTS
+    tensors = [_rows(logits, 2)] + [_rows(a, a.dim() - logits.dim() + 2) for a in aligned]  # (R, T[, V]) each
+    R, T, V = tensors[0].shape
+    if T * V <= budget:
+        return zip(*[t.split(max(1, budget // (T * V))) for t in tensors], strict=True)
+    step = max(1, budget // V)
+    return zip(*[[piece for row in t.unbind(0) for piece in row.split(step)] for t in tensors], strict=True)
+
+
+def _picked_log_softmax(logits_chunk, tokens_chunk):
+    """log_softmax(logits)[token] on one chunk. (r, t, V), (r, t) -> (r, t)"""
+    return torch.log_softmax(logits_chunk, dim=-1).gather(-1, tokens_chunk.unsqueeze(-1)).squeeze(-1)
+
+
+def chunked_log_softmax(logits, tokens):
+    """log_softmax + gather, chunk by chunk: lean under no_grad, not under autograd (see module doc)."""
+    return torch.cat([_picked_log_softmax(lg, tk).flatten() for lg, tk in chunks(logits, tokens)]).view(tokens.shape)
+
+
+class _TokenLogprobs(torch.autograd.Function):
+    """log pi(token) = logits[token] - logsumexp(logits), with d/dlogits = onehot(token) - softmax(logits)."""
+
+    @staticmethod
+    def forward(ctx, logits, tokens):
+        out = logits.new_empty(tokens.shape)  # (..., T)
+        for lg, tk, o in chunks(logits, tokens, out):
+            o.copy_(_picked_log_softmax(lg, tk))
+        ctx.save_for_backward(logits, tokens)  # references, no copies
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, tokens = ctx.saved_tensors
+        grad = torch.empty(logits.shape, dtype=logits.dtype)  # (..., T, V), the only logits-sized allocation
+        for lg, tk, g, gl in chunks(logits, tokens, grad_out, grad):
+            go = g.unsqueeze(-1)  # (r, t, 1)
+            torch.softmax(lg, dim=-1, out=gl).mul_(-go)  # -g * softmax, written in place
+            gl.scatter_add_(-1, tk.unsqueeze(-1), go)  # + g at the picked token
+        return grad, None
+
+
+def fused_token_logprobs(logits, tokens):
+    """Forward as fast as log_softmax, backward writes the gradient once; nothing logits-sized is saved."""
+    return _TokenLogprobs.apply(logits, tokens)
+
+
+PROTOTYPES = {
+    "proto: chunked log_softmax+gather": chunked_log_softmax,
+    "proto: autograd.Function (fused)": fused_token_logprobs,
+}

@@ -1,0 +1,180 @@
+"""`make bench`: token_logprobs against public implementations, CLI wall time, notebook times.
+
+  .venv/bin/python bench/run.py             everything (about 5-10 minutes on a 2-core machine)
+  .venv/bin/python bench/run.py --quick     small logits (4x64x32000), no torch.compile, 1 CLI run
+  .venv/bin/python bench/run.py --only cli notebooks
+
+Results go to bench/results/*.json (gitignored); the last lines printed are the summary.
+The machine may be shared: every number is a median, and the load average is recorded with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cli_bench
+import notebook_bench
+import reference_impls
+from logprobs_bench import OURS
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+PARTS = ("logprobs", "cli", "notebooks")
+MB = 1 << 20
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ---- token_logprobs ------------------------------------------------------------------------------
+
+
+def run_logprobs(args) -> dict:
+    """The two measurement subprocesses of logprobs_bench.py (time, then memory with per-tensor mmap)."""
+    common = ["--shape", args.shape, "--threads", str(args.threads)] + (["--no-compile"] if args.no_compile else [])
+    out = {}
+    for measure, extra_env in (("time", {}), ("memory", {"MALLOC_MMAP_THRESHOLD_": "65536"})):
+        path = RESULTS / f"token_logprobs_{measure}.json"
+        cmd = [sys.executable, str(BENCH / "logprobs_bench.py"), "--measure", measure, "--out", str(path), *common]
+        if measure == "time":
+            cmd += ["--repeats", str(args.repeats)]
+        say(f"[token_logprobs] {measure}, logits {args.shape} float32, {args.threads} thread(s)")
+        subprocess.run(cmd, check=True, env={**os.environ, **extra_env}, timeout=3600)
+        out[measure] = json.loads(path.read_text())
+    return out
+
+
+def _mb(nbytes, logits_bytes) -> str:
+    return f"{nbytes / MB:7.0f} ({nbytes / logits_bytes:4.2f}L)"
+
+
+def logprobs_table(data: dict) -> list[str]:
+    timing, memory = data["time"]["results"], data["memory"]["results"]
+    meta = data["time"]["meta"]
+    L = meta["logits_bytes"]
+    lines = [
+        f"token_logprobs, logits {'x'.join(map(str, meta['shape']))} float32 = {L / MB:.0f} MB (= L), "
+        f"{meta['threads']} thread(s), torch {meta['torch']}, measured {meta['measured_at']}, "
+        f"load avg {meta['loadavg_start'][0]:.1f} -> {meta['loadavg_end'][0]:.1f} on {meta['cores']} cores",
+        f"{'implementation':40s} {'fwd ms':>8s} {'fwd+bwd ms':>10s} {'fwd peak MB':>16s} {'kept for bwd MB':>16s} "
+        f"{'fwd+bwd peak MB':>16s} {'max err':>8s} {'1e4 ok':>6s}",
+    ]
+    for label, t in timing.items():
+        m = memory.get(label) if isinstance(memory, dict) else None
+        mem = (f"{_mb(m['forward_peak_bytes'], L):>16s} {_mb(m['graph_kept_bytes'], L):>16s} "
+               f"{_mb(m['forward_backward_peak_bytes'], L):>16s}") if m else f"{'n/a':>16s} " * 3
+        err = t["max_abs_err_vs_f64"]
+        err = f"{err:8.1e}" if isinstance(err, float) else f"{err:>8s}"
+        lines.append(f"{label:40s} {t['forward_median_s'] * 1e3:8.0f} {t['forward_backward_median_s'] * 1e3:10.0f} "
+                     f"{mem} {err} {'yes' if t['stable_1e4'] else 'NO':>6s}")
+    if "unavailable" in memory:
+        lines.append(f"memory: {memory['unavailable']}")
+    lines.append("fwd = forward under no_grad; fwd+bwd = forward with autograd + backward; peaks are resident memory")
+    lines.append("beyond the inputs (fwd+bwd includes logits.grad = 1 L); kept = held between forward and backward.")
+    lines += verdict(timing)
+    return lines
+
+
+def verdict(timing: dict) -> list[str]:
+    ours = timing[OURS]
+    lines = []
+    for group, labels in (("eager public", reference_impls.PUBLIC), ("compiled public", reference_impls.COMPILED)):
+        present = [k for k in labels if k in timing]
+        for key, name in (("forward_median_s", "fwd"), ("forward_backward_median_s", "fwd+bwd")):
+            if not present:
+                continue
+            best = min(present, key=lambda k: timing[k][key])
+            ratio = ours[key] / timing[best][key]
+            lines.append(f"ours / best {group} ({best}) {name}: {ratio:.2f}x "
+                         + ("(ours at least as fast)" if ratio <= 1.0 else "(ours SLOWER)"))
+    return lines
+
+
+# ---- CLI and notebooks ---------------------------------------------------------------------------
+
+
+def cli_table(results: dict) -> list[str]:
+    lines = [f"{'CLI run (--json, default 80 iterations)':40s} {'wall median s':>14s} {'train s':>8s} {'runs':>24s} "
+             f"{'budget':>7s}  final_reward"]
+    for script, r in results.items():
+        runs = " ".join(f"{s:.1f}" for s in r["wall_s"])
+        ok = "ok" if r["wall_median_s"] <= r["budget_s"] else "OVER"
+        rewards = " ".join(f"{x:.3f}" for x in r["final_reward"])
+        lines.append(f"{script:40s} {r['wall_median_s']:14.2f} {r['train_median_s']:8.2f} {runs:>24s} "
+                     f"{ok:>7s}  {rewards}")
+    return lines
+
+
+def notebook_table(results: list[dict]) -> list[str]:
+    if not results:
+        return ["notebooks: none found (notebooks/NN_*.ipynb)"]
+    lines = [f"{'notebook':40s} {'cells s':>8s} {'kernel s':>8s} {'budget':>7s}  slowest redraw (kernel side)"]
+    for r in results:
+        redraws = (r.get("redraw") or {}).get("timed", [])
+        slowest = max(redraws, key=lambda x: x["median_s"], default=None)
+        redraw = f"{slowest['median_s']:.2f} s ('{slowest['control']}')" if slowest else "no slider found"
+        status = "ERROR" if r["error"] else ("ok" if r["cells_s"] <= r["budget_s"] else "OVER")
+        lines.append(f"{r['notebook']:40s} {r['cells_s']:8.1f} {r['kernel_start_s']:8.1f} {status:>7s}  {redraw}"
+                     + (f"  {r['error']}" if r["error"] else ""))
+    return lines
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small logits, no compile, one CLI run per twin")
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--shape", default=None, help="B,T,V of the logits (default 16,256,32000)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per implementation (default 5)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for token_logprobs (project: 1)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile implementation")
+    parser.add_argument("--cli-runs", type=int, default=None, help="runs per twin (default 3)")
+    args = parser.parse_args(argv)
+    args.shape = args.shape or ("4,64,32000" if args.quick else "16,256,32000")
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    args.cli_runs = args.cli_runs or (1 if args.quick else 3)
+    args.no_compile = args.no_compile or args.quick
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    say(f"bench started {started}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    summary, sections = dict(started=started, args=vars(args)), []
+    if "logprobs" in args.only:
+        summary["token_logprobs"] = run_logprobs(args)
+        sections.append(logprobs_table(summary["token_logprobs"]))
+        say("\n".join(sections[-1]))
+    if "cli" in args.only:
+        say(f"[cli] python grpo_*.py --json, {args.cli_runs} run(s) each")
+        summary["cli"] = cli_bench.bench_cli(args.cli_runs, progress=say)
+        (RESULTS / "cli.json").write_text(json.dumps(summary["cli"], indent=1))
+        sections.append(cli_table(summary["cli"]))
+    if "notebooks" in args.only:
+        say("[notebooks] execute each notebooks/NN_*.ipynb (a temporary copy), then time its sliders")
+        summary["notebooks"] = notebook_bench.bench_notebooks(progress=say)
+        (RESULTS / "notebooks.json").write_text(json.dumps(summary["notebooks"], indent=1))
+        sections.append(notebook_table(summary["notebooks"]))
+    summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    summary["loadavg_end"] = list(os.getloadavg())
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1))
+    say(f"\n===== summary (started {started}, finished {summary['finished']}, "
+        f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores) =====")
+    for lines in sections:
+        say("\n".join(lines) + "\n")
+    say(f"results: {RESULTS}/*.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -333,7 +333,8 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
 
     keys = list(DASHBOARD) if keys is None else keys
     nrows = -(-len(keys) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained", sharex=True, squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)  # fixed margins: layout engines are slow
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.06, top=0.96, hspace=0.35, wspace=0.28)
     nonfinite = {}
     for ax, key in zip(axes.flat, keys, strict=False):
         band, scale = DASHBOARD[key]
@@ -343,8 +344,12 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
             top = max([1.0] + [3 * float(s[key]) for h in histories.values() for s in h if math.isfinite(s[key])])
             ax.set_yscale("symlog", linthresh=1e-8)
             ax.set_ylim(-1e-9, top)
+            decades = range(-8, math.ceil(math.log10(top)) + 1, 3)  # few fixed ticks: tick layout is the slow part
+            ax.set_yticks([0.0, *(10.0**d for d in decades)], ["0", *(f"1e{d}" for d in decades)])
+            ax.minorticks_off()
         elif scale == "log":
             ax.set_yscale("log")
+            ax.minorticks_off()
         if band is not None:
             ylim = ax.get_ylim()
             ax.axhspan(*band, color="#2ca02c", alpha=0.12, lw=0)
@@ -353,7 +358,7 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
         ax.tick_params(labelsize=7)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
-    for ax in axes[-1]:
+    for ax in axes.flat[max(0, len(keys) - ncols):len(keys)]:
         ax.set_xlabel("iteration", fontsize=8)
     handles, _ = axes.flat[0].get_legend_handles_labels()
     band_patch = Patch(color="#2ca02c", alpha=0.12, label="range the check accepts")

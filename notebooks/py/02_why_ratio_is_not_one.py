@@ -132,12 +132,15 @@ print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  
 #
 # **Key equation (first order).** At $\rho = 1$ the surrogate's gradient is
 # $g = \frac1n\sum_s A_s \nabla_\theta \log\pi_\theta(o_s)$ (the KL term is small at $\beta = 0.02$).
-# A step $\Delta\theta = \eta P g$ with a positive (diagonal) preconditioner $P$ (Adam's, or $I$ for SGD)
-# changes each log-prob by $\Delta\log\pi(o_t) \approx \nabla\log\pi(o_t)^\top \Delta\theta$, so
+# A step $\Delta\theta = \eta P g$ with a positive diagonal preconditioner $P$ ($I$ for SGD,
+# $\text{diag}(1/\sqrt{\hat v})$ for Adam's adaptive scaling) changes each log-prob by
+# $\Delta\log\pi(o_t) \approx \nabla\log\pi(o_t)^\top \Delta\theta$, so
 #
 # $$\frac1n\sum_t A_t \,\Delta\log\pi(o_t) \approx \eta\, g^\top P g \;\ge 0 .$$
 #
-# The *advantage-weighted* log-ratio is positive: A > 0 tokens go up (ratio > 1), A < 0 tokens go down
+# (Adam's momentum also mixes in gradients from earlier batches, so for the trainer's Adam this is a
+# tendency, not a theorem: the table below checks it.) The *advantage-weighted* log-ratio is positive:
+# A > 0 tokens go up (ratio > 1), A < 0 tokens go down
 # (ratio < 1). This is a statement about the average, not every token: parameters are shared, and the
 # same token in the same context can sit in sequences of both signs (all G samples share the prompt).
 #
@@ -269,13 +272,15 @@ with figures_not_shown():  # the redraw runs; nbval cannot route widget output, 
 # > **You should know.** Clipping engages only after the policy has moved: never at the first inner
 # > step, later for smaller lr and fewer inner steps. If the logged clip fraction is **exactly 0 for the
 # > whole run** while `inner_epochs × minibatches > 1`, suspect B3 (old log-probs recomputed in the
-# > loop); the fixed twin's health check "ratio moves after updates" catches it.
+# > loop). A tiny lr also gives 0 clipping; what tells them apart is `ratio_last_maxdev`, exactly 0 only
+# > under B3: the fixed twin's health check "ratio moves after updates".
 #
 # <details><summary>Answer: B3 never crashes and never gives NaN. Why can it learn at all?</summary>
 #
-# Because at ratio 1 the gradient of $\rho A$ is $A\nabla\log\pi$: each inner step is a correct
-# policy-gradient step *for the current policy*, evaluated on data from an older one. With few inner
-# steps and a small lr that is close to what the clipped objective does. B3 removes the trust region:
+# Because at ratio 1 the gradient of $\rho A$ is $A\nabla\log\pi_\theta$: each inner step applies the
+# on-policy policy-gradient estimator to samples from an older policy, without the importance weight.
+# With few inner steps and a small lr the policy has barely moved, so that is close to what the clipped
+# objective does (the first inner step is identical). B3 removes the trust region:
 # it bites when the inner loop is long or the lr large (the tails in the slider figure), much less
 # with few inner steps and a small lr.
 # </details>
@@ -321,8 +326,7 @@ for name, (module, overrides) in variants.items():
 # correctness.** In these twins the old log-probs are recomputed by the trainer, so both sides of the
 # ratio carry the same mistake; in a pipeline whose old log-probs come from the sampler, the same bugs
 # show up directly as `rho0 sampler` ≠ 0 (1.27 for B10, 30.1 for B6). B10 is harmless at T = 1
-# (last-but-one row: gap 4.77e-07, float round-off between the sampler's incremental forward and the
-# trainer's full one).
+# (last-but-one row: gap 4.77e-07, float round-off, the same as the fixed row).
 
 # %% [markdown]
 # ### 5a. Dropout: ratio ≠ 1 without any learning
@@ -480,7 +484,7 @@ for a in (1.0, -1.0):
 # Read the printout against the derivation (grid step 0.01 in log-ratio): with `exp`, an A > 0 token
 # keeps its gradient up to ρ ≈ 1.2 and an A < 0 token down to ρ ≈ 0.8, a window around the first step.
 # Without `exp`, the A > 0 window runs to ρ = e^1.2 = 3.32, and the A < 0 token gets gradient only once
-# ρ ≥ e^0.8 = 2.23: it is silent at the first step and everywhere it should be pushed down. Note also
+# ρ ≥ e^0.8 = 2.23: it is silent at the first step and for as long as it stays below that. Note also
 # the `exp` curves' slope: the gradient is $A\rho$, the importance weight at work; the no-exp one is flat.
 #
 # Can it still train? A short run of each (40 iterations, 8 prompts per batch, seed 0), the no-exp run
@@ -505,12 +509,12 @@ plt.show()
 # one seed): the A > 0 tokens get exactly the policy-gradient push they get with `exp`, so
 # the model does "reinforce the above-average samples" and ignores the below-average ones. What is
 # lost: the A < 0 signal, the importance weighting on later inner steps, and a trust region in the
-# right place (A > 0 tokens are pushed until a ratio of 3.32). On a task where learning from failures
-# matters, or with more inner steps, that difference grows.
+# right place (A > 0 tokens are pushed until a ratio of 3.32).
 #
 # > **You should know.** "No exp" does not crash and the first-step gradient of $\tilde r A$ equals that of
-# > $\rho A$. With clipping, the window $[0.8, 1.2]$ is applied to a quantity that starts at 0:
-# > negative-advantage tokens lose their gradient entirely, positive ones are effectively unclipped.
+# > $\rho A$ (without clipping, $\tilde r A = A\log\pi_\theta - \text{const}$ is the vanilla policy-gradient loss).
+# > With clipping, the window $[0.8, 1.2]$ is applied to a quantity that starts at 0: negative-advantage
+# > tokens get no gradient until ρ ≥ 2.23, positive ones are clipped only past ρ = 3.32.
 #
 # <details><summary>Answer: without clipping, is the no-exp surrogate equivalent to the exp one?</summary>
 #
@@ -524,7 +528,8 @@ plt.show()
 # ## 7. Self-check
 #
 # 1. At minibatch 1 of epoch 0 you print max |ρ − 1| = 0.3 although that minibatch was never trained on. Bug?
-# 2. Your run logs `clip_frac_pos = clip_frac_neg = 0.000` for all iterations with 2 epochs × 2 minibatches. What is it?
+# 2. Your run logs `clip_frac_pos = clip_frac_neg = 0.000` and `ratio_last_maxdev = 0` for all iterations,
+#    with 2 epochs × 2 minibatches. What is it?
 # 3. Which side of the clip window do A > 0 tokens reach first, and why? Why is the drift for A < 0 larger?
 # 4. Dropout 0.1, lr 0: is the ratio 1? Name two fixes.
 # 5. Why did B10 and B6 leave `ratio_first_maxdev` at 0 here, and what catches them?

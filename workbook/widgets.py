@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from workbook.plots import figures_not_shown
+
 
 def slider(value, lo, hi, step, description, *, integer=False, log=False):
     """A slider that only fires on release (continuous_update=False), so redraws never queue up."""
@@ -32,9 +34,12 @@ def live_figure(draw, height="360px", **controls):
 
 
 def set_value(w, description, value):
-    """Set the control labelled `description` on an `interactive` (runs draw synchronously)."""
+    """Set the control labelled `description` on an `interactive`; draw runs synchronously and its
+    return value is returned. The redrawn figure is not displayed (see plots.figures_not_shown: under
+    nbval it would otherwise land in the calling cell's outputs)."""
     for child in w.children[:-1]:
         if getattr(child, "description", None) == description:
-            child.value = value
+            with figures_not_shown():
+                child.value = value
             return w.result
     raise KeyError(f"no control labelled {description!r}; have {[c.description for c in w.children[:-1]]}")

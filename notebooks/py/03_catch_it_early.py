@@ -57,7 +57,7 @@ from workbook.tasks import SparseMatchTask
 from workbook.widgets import live_figure, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log their own health warnings: the monitor reports
-started = time.perf_counter()
+started, started_cpu = time.perf_counter(), time.process_time()
 
 RUN = dict(steps=30, prompts_per_batch=6)  # the two twins: B = 6 prompts x G = 8 samples (why 6: section 6)
 SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
@@ -113,13 +113,15 @@ exact_kl = (pi.exp() * (pi - ref)).sum()
 std_of_mean = (k3.pow(2).mean() - k3.mean() ** 2).sqrt() / math.sqrt(20000)
 print(f"exact KL      : {exact_kl:.4f}   E[k3] = {k3.mean():.4f}   E[k3 reversed] = {k3_reversed.mean():.4f}")
 print(f"std of mean k3: {std_of_mean:.4f}   threshold 0.01 = {0.01 / std_of_mean:.1f} std")
+for threshold in (0.01, 0.05):  # normal approximation of P(|mean - KL| > threshold) for a correct estimator
+    print(f"false alarms at {threshold}: {math.erfc(threshold / std_of_mean / math.sqrt(2)):.1e}")
 
 # %% [markdown]
 # The sampler threshold sits at more than 5 standard deviations. The KL threshold does **not**: it is
-# about 2 standard deviations, so the probe has a few-percent false-alarm rate on a correct estimator
-# over random seeds (it is seeded, so each run is deterministic). The gap to the bug is huge (the
-# reversed estimator averages about 6 against 1.04), so a threshold of 0.05 would be both safe and
-# sensitive.
+# about 2 standard deviations, so a correct estimator fails the probe for about 6% of seeds (the probe is
+# seeded, so each run is deterministic, and seed 0 passes). The gap to the bug is huge (the reversed
+# estimator averages about 6.03 against 1.04), so a threshold of 0.05 (about 9 standard deviations)
+# would make false alarms negligible and still catch B8 by a factor of 100.
 
 # %% [markdown]
 # ## 2. Each check on a hand-written stats dict
@@ -200,7 +202,7 @@ for bug in BUGS:
 def flag_row(bug, mon):
     """bug | preflight probes that fail | first per-iteration flag | first flag overall"""
     first = mon.first_iteration_failure()
-    during = f"{', '.join(first[1])} (iteration {first[0]})" if first else "none in 6 iterations"
+    during = f"{', '.join(first[1])} (iteration {first[0]})" if first else f"none in {SHORT['steps']} iterations"
     overall = "preflight" if mon.preflight_failures else (f"iteration {first[0]}" if first else "never")
     return [bug.id, bug.title, ", ".join(mon.preflight_failures) or "—", during, overall]
 
@@ -257,8 +259,8 @@ for B in (4, 2, 3):
 # ### 6b. How early B2 shows in training depends on the task
 #
 # B2 (no $\epsilon$) produces a NaN only in a group whose rewards are all equal, so `advantages finite`
-# fires exactly as often as constant groups occur. On `SparseMatchTask` (binary reward; a random policy
-# succeeds about 1 time in 50) most groups are constant from the start. Same monitor, three iterations:
+# fires exactly as often as constant groups occur. On `SparseMatchTask` (a binary reward that a random
+# policy rarely earns) most groups are constant from the start. Same monitor, three iterations:
 
 # %%
 sparse_b2 = HealthMonitor()
@@ -437,4 +439,5 @@ for it in (0, no_nan):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"notebook compute: {time.perf_counter() - started:.1f} s on this machine")
+print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
+      f"{time.process_time() - started_cpu:.1f} s CPU (this kernel) on this machine")

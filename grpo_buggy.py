@@ -73,7 +73,7 @@ DIAGNOSTICS = {
     "clip_frac_pos": ("fraction of A>0 tokens clipped (ratio > 1+clip), all inner steps", "< 0.3"),
     "clip_frac_neg": ("fraction of A<0 tokens clipped (ratio < 1-clip), all inner steps", "< 0.3"),
     "kl": ("k3 estimate of KL(pi || pi_ref) per token", ">= 0, rising smoothly (<= log V here)"),
-    "entropy": ("mean per-token entropy of the sampling distribution", "> 0.05 nats"),
+    "entropy": ("mean per-token entropy of the sampling distribution", "> 0.01 nats until solved"),
     "grad_norm": ("max pre-clip gradient norm over inner steps", "finite, < 100"),
     "loss": ("mean total loss over inner steps", "finite"),
     "nonfinite_steps": ("inner steps skipped for a non-finite loss or gradient", "0"),

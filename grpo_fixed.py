@@ -75,7 +75,7 @@ DIAGNOSTICS = {
     "clip_frac_pos": ("fraction of A>0 tokens clipped (ratio > 1+clip), all inner steps", "< 0.3"),
     "clip_frac_neg": ("fraction of A<0 tokens clipped (ratio < 1-clip), all inner steps", "< 0.3"),
     "kl": ("k3 estimate of KL(pi || pi_ref) per token", ">= 0, rising smoothly (<= log V here)"),
-    "entropy": ("mean per-token entropy of the sampling distribution", "> 0.05 nats"),
+    "entropy": ("mean per-token entropy of the sampling distribution", "> 0.01 nats until solved"),
     "grad_norm": ("max pre-clip gradient norm over inner steps", "finite, < 100"),
     "loss": ("mean total loss over inner steps", "finite"),
     "nonfinite_steps": ("inner steps skipped for a non-finite loss or gradient", "0"),
@@ -488,7 +488,7 @@ def preflight(module=None, seed=0):
     pi, ref = torch.full((3,), -math.log(3)), torch.log_softmax(torch.tensor([2.0, 0.0, -2.0]), -1)  # (V,)
     tokens = torch.multinomial(pi.exp(), 20000, replacement=True, generator=g)  # (S,) ~ pi
     estimate = m.kl_to_reference(pi[tokens][None], ref[tokens][None], torch.ones(1, 20000, dtype=torch.bool))
-    if abs(estimate.item() - (pi.exp() * (pi - ref)).sum().item()) > 0.01:
+    if abs(estimate.item() - (pi.exp() * (pi - ref)).sum().item()) > 0.05:  # ~10 std of the mean; B8 is off by 5
         failures.append("KL estimator is unbiased for KL(pi || ref)")
     net = nn.Linear(4, 1)
     m.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=0.0), 1e3 * net(torch.ones(1, 4)).sum(), 1.0)

@@ -1,0 +1,78 @@
+"""The command line of both twins, run as a user would: `python grpo_fixed.py [--steps N] [--seed S] [--json]`."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import grpo_buggy
+import grpo_fixed
+
+ROOT = Path(grpo_fixed.__file__).resolve().parent
+TWINS = {"fixed": grpo_fixed, "buggy": grpo_buggy}
+
+
+def run_cli(twin, *args):
+    """Run the twin's script with `args`; -> CompletedProcess (text)."""
+    return subprocess.run([sys.executable, str(ROOT / f"grpo_{twin}.py"), *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_json_summary_is_the_last_line(twin):
+    proc = run_cli(twin, "--steps", 3, "--seed", 1, "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    summary = json.loads(lines[-1])
+    assert isinstance(summary, dict)
+    assert set(summary) == {"final_reward", "steps", "nan_losses", "seconds"}
+    assert summary["steps"] == 3
+    assert isinstance(summary["nan_losses"], int) and summary["nan_losses"] == 0
+    assert 0.0 <= summary["final_reward"] <= 1.0
+    assert isinstance(summary["seconds"], (int, float)) and math.isfinite(summary["seconds"])
+    assert not any(line.startswith("iter") for line in lines), "--json prints no progress lines"
+    assert "WARNING" not in proc.stderr, proc.stderr
+    # the same run in-process gives the same reward: one thread and a seeded generator make it deterministic
+    history = TWINS[twin].train(seed=1, steps=3)
+    assert summary["final_reward"] == pytest.approx(TWINS[twin].summarize_run(history, 0.0)["final_reward"], abs=1e-9)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_progress_lines_without_json(twin):
+    proc = run_cli(twin, "--steps", 3)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    progress = [line for line in lines if line.startswith("iter")]
+    assert [line.split()[1] for line in progress] == ["0", "2"], lines  # every 10th and the last iteration
+    assert all("reward" in line and "loss" in line for line in progress)
+    assert lines[-1].startswith("final reward") and "3 iterations" in lines[-1]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_steps_zero_is_a_usage_error(twin):
+    proc = run_cli(twin, "--steps", 0, "--json")
+    assert proc.returncode == 2  # argparse's usage error
+    assert "--steps" in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("argv", [["--steps", "-1"], ["--steps", "two"], ["--bogus"]])
+def test_bad_arguments_exit_with_usage_error(twin, argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        TWINS[twin].main(argv)
+    assert exc.value.code == 2
+    assert "usage" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_main_in_process_returns_the_summary(twin, capsys):
+    summary = TWINS[twin].main(["--steps", "1", "--json", "--seed", "2"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary

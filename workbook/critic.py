@@ -214,7 +214,7 @@ def count_passes(task=None, *, baseline="group", **overrides):
 
     gf.TinyPolicy.forward = forward
     try:
-        train_with_baseline(task, baseline=baseline, steps=1, **overrides)
+        train_with_baseline(task, baseline=baseline, **{**overrides, "steps": 1})
     finally:
         gf.TinyPolicy.forward = original
     return counts

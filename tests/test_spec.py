@@ -389,6 +389,20 @@ class TestGrpoLoss:
         expected = torch.where(clipped | ~mask, 0.0, -a * ratios / n)
         assert torch.allclose(grad, expected, rtol=1e-12, atol=1e-15), (grad, expected)
 
+    def test_clipped_token_with_overflowing_ratio_has_finite_loss(self, impl):
+        """log-ratio 99 overflows exp in float32; with A > 0 the clipped side 1.2 A is the surrogate."""
+        loss = impl.grpo_loss(torch.tensor([[-1.0]]), torch.tensor([[-100.0]]), torch.tensor([1.0]),
+                              torch.ones(1, 1, dtype=torch.bool))
+        assert loss.item() == pytest.approx(-1.2)
+
+    @pytest.mark.xfail(strict=True, reason=(
+        "grpo_fixed: ratio = exp(99) is inf in float32; torch.min picks the clipped side, but exp's backward "
+        "computes 0 * inf = NaN, so a clipped token poisons the whole gradient (reported to the lead)"))
+    def test_clipped_token_with_overflowing_ratio_has_zero_gradient(self, impl):
+        _, grad = loss_and_grad(impl, torch.tensor([[-1.0, -1.0]]), torch.tensor([[-100.0, -1.0]]),
+                                torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool))
+        assert torch.equal(grad, torch.tensor([[0.0, -0.5]])), grad
+
     def test_no_gradient_into_old_logprobs_or_advantages(self, impl):
         logprobs, old, adv, mask = random_loss_inputs(3, 4, 0)
         logprobs.requires_grad_(True)

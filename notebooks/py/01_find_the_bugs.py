@@ -91,9 +91,9 @@ for module in (grpo_buggy, grpo_fixed):
 # - **`advantages` has 6 non-finite values** in the buggy twin, 0 in the fixed one.
 # - **`sampler_logprobs` and `old_logprobs` differ** in the buggy twin (`logprob_gap` 0.196): both are the
 #   log-prob of the same token under the same weights before any update, so they must be equal (the fixed
-#   twin's gap is 0.0000).
+#   twin's gap is 0.0000). Sections 7 (B6) and 11 (B10) explain it.
 # - The buggy advantages table has NaN and +-1 in **pairs**, not per row of 4: the group of 4 was not the
-#   unit that got normalised.
+#   unit that got normalised (B9, section 10), and a pair of equal rewards gives NaN (B2, section 3).
 #
 # ### 1.2 Hand calculation first, then the edges
 # $A_i = (r_i - \bar r)/(\sigma + \epsilon)$. For $r = (0, 1, 0, 1)$: $\bar r = 0.5$, $\sigma = 0.5$, so
@@ -107,7 +107,8 @@ for module in (grpo_buggy, grpo_fixed):
           f"{max(abs(a - h) for a, h in zip(adv.tolist(), hand, strict=True)):.1e}")
 
 # %% [markdown]
-# Both twins agree with the hand calculation on the easy case: **silent bugs live at the edges**, so the tiny
+# Both twins agree with the hand calculation on the easy case (the fixed twin's $2\cdot10^{-8}$ is
+# $\epsilon/\sigma$, the price of the epsilon): **silent bugs live at the edges**, so the tiny
 # input must be an edge case. `grpo_fixed.preflight` is that list of edge cases, written as probes (tiny
 # inputs with a known answer). It runs on either twin, and on each single-bug hybrid:
 
@@ -289,6 +290,8 @@ for label, module in (("B3", HYBRID["B3"]), ("fixed", grpo_fixed)):
 fig, (ax_b, ax_f) = buggy_vs_fixed("max |ratio - 1| at each inner step of one update", figsize=(8, 2.4))
 for ax, label, color in ((ax_b, "B3", BUGGY), (ax_f, "fixed", FIXED)):
     ax.bar(range(1, 5), inner[label], color=color)
+    if max(inner[label]) == 0:
+        ax.text(2.5, 0.1, "exactly 0 at every step", color=color, ha="center")
     ax.axhline(cfg.clip, color=REFERENCE, ls=":", lw=1)
     ax.set_xlabel("inner step (dotted: clip radius 0.2)")
 ax_b.set_ylabel("max |ratio - 1|")

@@ -489,18 +489,19 @@ def draw_baseline_per_prompt(ax, value, stats, color, label):
     ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, zorder=0)
     ax.errorbar(value, stats["mean_b"], yerr=stats["std_b"], fmt="o", ms=3, color=color, lw=0.8, label=label)
     ax.set_xlabel("exact value V(x) of the prompt")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
+    lo = max(0.0, float(value.min()) - 0.1)
+    ax.set_xlim(lo, 1)
+    ax.set_ylim(lo, 1)
 
 
 def plot_errors_vs_G(ax, errors, colors):
-    """MSE of each baseline (as an estimate of V(x)) against G, log-log; dashed: its bias^2 part."""
+    """MSE of each baseline (as an estimate of V(x)) against G, log-log."""
     Gs = sorted(errors)
     for name, color in colors.items():
-        ax.plot(Gs, [errors[G][name]["mse"] for G in Gs], color=color, label=name)
-        if name in ("critic", "B9 wrong axis", "no reset"):
-            ax.plot(Gs, [max(errors[G][name]["bias2"], 1e-6) for G in Gs], color=color, ls="--", lw=0.8)
+        ax.plot(Gs, [errors[G][name]["mse"] for G in Gs], color=color, label=name, lw=2.2 if name == "critic" else 1.4)
+    ticks = [G for G in (2, 4, 8, 16, 32) if G in errors]
     ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(G) for G in ticks])
     ax.set_yscale("log")
     ax.set_xlabel("group size G")
     ax.set_ylabel("E[(b - V(x))^2]")

@@ -128,10 +128,11 @@ print("RLOO / std(RLOO)       :", [f"{a:+.4f}" for a in rloo_adv / rloo_adv.std(
 # `critic` and `none` divide by the batch std of their advantages (PPO's normalisation, *without*
 # centring, so the baseline is the critic's alone). The critic is a TinyPolicy whose head outputs one
 # number; `grpo_fixed.completion_logits` already returns the output at the state $s_t$ where token $t$ is
-# chosen, so $V_\phi(s_t)$ needs no new alignment code. It is trained on
-# $\tfrac12\,\text{masked\_mean}\big((V_\phi(s_t) - (A_t + V_\phi(s_t)))^2\big)$ with its own Adam, on the
-# same minibatches. Per-token advantages go through `grpo_loss` unchanged by treating each token as a
-# length-1 sequence (same masked mean). Tiny input: one completion of 3 tokens, reward 1.
+# chosen, so $V_\phi(s_t)$ needs no new alignment code. It regresses on the $\lambda$-return
+# $\hat R_t = A_t + V_{\phi_\text{old}}(s_t)$ (fixed at rollout time) with
+# $\tfrac12\,\text{masked\_mean}\big((V_\phi(s_t) - \hat R_t)^2\big)$, its own Adam, on the same minibatches.
+# Per-token advantages go through `grpo_loss` unchanged by treating each token as a length-1 sequence
+# (same masked mean). Tiny input: one completion of 3 tokens, reward 1.
 
 # %%
 values = torch.tensor([[0.5, 0.6, 0.8, 0.0]])  # (1, T): V_phi(s_t); the 4th position is after EOS
@@ -209,12 +210,12 @@ for G in (2, 4, 8, 16, 32):
 # * **group mean** follows $\mathbb{E}_x\sigma^2(x)/G$ (last column): pure variance, no bias.
 #   **Leave-one-out** has variance $\sigma^2/(G-1)$, larger at small $G$, but no correlation with $r_i$.
 # * **critic** is flat in $G$: its error is bias. The cell above splits it: most of it is *lag*, the critic
-#   still predicts the values of an older, worse policy. Past a handful of samples the group mean is the
-#   better baseline here.
+#   still predicts the values of an older, worse policy. From $G = 3$ on, the group mean is the better
+#   baseline here.
 # * **no baseline** is flat at $\mathbb{E}[V^2]$: the advantage carries the whole value of the prompt.
 # * **B9** (reshape `(G, B)` instead of `(B, G)`) averages a row of $B=16$ consecutive rewards: whole groups
-#   of other prompts. Its bias is exactly zero at $G = 16 = B$ (a row *is* one group), which is why the
-#   default EchoTask run ($B=16, G=8$: each row spans two prompts) barely suffers.
+#   of other prompts. Its bias is exactly zero at $G = 16 = B$ (a row *is* one group); at the default
+#   $B=16, G=8$ each row spans two prompts (bias$^2$ in the slider check below).
 # * **no reset** is a group whose $G$ samples start from different states (section 6.6).
 #
 # The slider shows the B9 bias prompt by prompt: each point is one prompt, its mean baseline $\pm$ one std
@@ -275,16 +276,17 @@ print("adv B9   :", [f"{a:+.2f}" for a in B9.batch_advantages(rewards, 2)])
 # because prompt 3 shares its row and succeeded once. A sample's advantage now depends on which prompt
 # happens to share its row.
 #
-# > **You should know.** The group mean trades bias for variance: unbiased, error $\sigma^2/G$. A critic
-# > trades variance for bias: no sampling noise in $b$, but an approximation error and a lag that no $G$
-# > fixes. A baseline built from the wrong samples (B9, or a non-resettable environment) is still a valid
-# > baseline (no gradient bias), just a noisy one: its per-prompt bias becomes gradient variance.
+# > **You should know.** The group mean trades bias for variance: an unbiased estimate of $V(x)$ with error
+# > $\sigma^2/G$. A critic trades variance for bias: no sampling noise in $b$, but an approximation error and a
+# > lag that no $G$ fixes. B9's baseline is a biased estimate of $V(x)$; because the other prompts' rewards
+# > do not depend on sample $i$'s completion, that bias becomes gradient *noise*, not a wrong direction
+# > (apart from $r_i$'s own 1/16 share of its row: the same kind of shrinkage as the group mean).
 #
 # <details><summary>Answer: at G = 2, B9 has a <em>lower</em> MSE than the correct group mean. Is it better?</summary>
 #
-# At $G=2$ the B9 row averages 16 rewards from 8 prompts: a batch-mean baseline, error about
-# $\text{Var}_x V + \mathbb{E}\sigma^2/16$, which is below the two-sample mean's $\mathbb{E}\sigma^2/2$ here. So at
-# tiny $G$ a batch-wide baseline can beat the per-prompt one (that is the small-$G$ failure, section 6.2).
+# At $G=2$ the B9 row averages 16 rewards from 8 prompts: nearly a batch-mean baseline, whose error (0.0189)
+# is close to $\text{Var}_x V = 0.0192$, below the two-sample mean's $\mathbb{E}\sigma^2/2$ (0.0243; measured 0.0234).
+# So at tiny $G$ a batch-wide baseline can beat the per-prompt one (the small-$G$ failure, section 6.2).
 # But B9 also normalises by the std of the wrong row and gives whole rows zero advantage when they happen to
 # be constant, and it is only right by accident. The fix is the right axis, plus a larger $G$ or RLOO.
 # </details>
@@ -294,19 +296,15 @@ print("adv B9   :", [f"{a:+.2f}" for a in B9.batch_advantages(rewards, 2)])
 #
 # **Question.** Does the baseline matter for learning speed on the toy task?
 #
-# The three runs of section 2 (one seed each, so read differences of a few hundredths as noise: the fixed
-# twin's own final reward varies between seeds). Right: the fraction of groups with zero reward variance,
-# which rises as EchoTask gets solved (section 6.1), and the critic's explained variance.
+# The three runs of section 2. One seed each: a gap between two curves is not evidence about the methods
+# without more seeds. Right: the fraction of the group run's groups with zero reward variance, which rises
+# as EchoTask gets solved (section 6.1).
 
 # %%
 fig, (ax_r, ax_z) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
 colors = {"group": plots.FIXED, "critic": plots.REFERENCE, "none": "#8c564b"}
 plots.curves(ax_r, runs, "reward", colors=colors)
-plots.curves(ax_z, {"group: zero-variance groups": runs["group"]}, "zero_var_groups",
-             colors={"group: zero-variance groups": plots.FIXED})
-ax_z.plot([s["explained_variance"] for s in runs["critic"]], color=plots.REFERENCE, label="critic: explained variance")
-ax_z.legend(fontsize="small")
-ax_z.set_ylabel("fraction")
+plots.curves(ax_z, {"group": runs["group"]}, "zero_var_groups", colors=colors)
 plt.show()
 for name, h in runs.items():
     print(f"{name:6s}: reward at iteration 10 {h[10]['reward']:.3f}, 20 {h[20]['reward']:.3f}, "
@@ -315,6 +313,10 @@ ev = [s["explained_variance"] for s in runs["critic"]]
 print(f"critic explained variance: mean {sum(ev) / len(ev):.3f}, max {max(ev):.3f}")
 
 # %% [markdown]
+# Both baselines beat no baseline on this seed (mean of the last 10 iterations above). The critic's
+# explained variance (1 = it predicts the returns, 0 = no better than their mean) hovers around 0: with
+# within-prompt reward noise and a moving policy it explains little, which matches its lag in section 3.
+#
 # ## 5. Compute and memory per iteration
 #
 # **Question.** What does the critic cost, counted rather than timed?
@@ -380,6 +382,7 @@ for G in (2, 4, 8, 16, 32):
     measured[G] = stats["zero_var_groups"]
     print(f"G={G:2d}: zero-variance groups measured {measured[G]:.3f}, "
           f"predicted E_x[p^G + (1-p)^G] = {(p_x**G + (1 - p_x) ** G).mean():.3f}")
+print(f"p = 0.02, G = 50: P(the group has signal) = 1 - 0.98^50 - 0.02^50 = {1 - 0.98**50 - 0.02**50:.3f}")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
@@ -460,8 +463,9 @@ for G in (2, 3, 4, 8, 16):
 
 # %% [markdown]
 # A reward difference of 0.01 (say, reward-model noise) gets the same advantage as a full success vs
-# failure. At $G \le 3$ on this snapshot even the accidental batch-wide mean of B9 estimates $V(x)$ better
-# than the group; a critic or RLOO with larger $G$ is the real fix.
+# failure. At $G = 2$ on this snapshot even the accidental batch-wide mean of B9 estimates $V(x)$ better
+# than the group (0.0189 vs 0.0234). The fixes: a larger $G$, or a baseline that pools across prompts on
+# purpose (a critic).
 #
 # ### 6.3 Std normalisation re-weights prompts (Dr. GRPO)
 #
@@ -603,11 +607,15 @@ for t in range(length):
           f"   {v_exact[-1] - value[x_id]:+22.4f}  {v_critic[t]:10.4f}  {v_exact[-1] - v_critic[t]:+21.4f}")
 
 # %% [markdown]
+# The second token (4; the target is 3) is a mistake the policy makes most of the time: its exact advantage
+# is $-0.0090$, yet the sequence scored above $V(x)$, so GRPO pushes it up with $+0.0441$ like the two good
+# tokens. The iteration-20 critic does not get the sign either ($+0.0633$): its values lag.
 # Every token gets the same sequence advantage under GRPO, whatever its own contribution. How much that
 # costs grows with the horizon. An exact toy: $T$ independent binary choices, each right with probability
 # 0.5, reward = fraction right (like EchoTask's partial credit), groups of $G=8$. True per-token advantage
 # $A^*_t = (c_t - p)/T$. We compare the GRPO advantage (group-mean baseline, broadcast), a perfect critic with
-# $\lambda = 1$ ($r - V(s_t)$: only the *future* tokens add noise) and with $\lambda=0$ ($V(s_{t+1}) - V(s_t)$, exact).
+# $\lambda = 1$ ($r - V(s_t)$: only the *future* tokens add noise) and with $\lambda=0$
+# ($V(s_{t+1}) - V(s_t)$, exact).
 
 # %%
 credit = C.credit_assignment([1, 2, 4, 8, 16, 32, 64], G=8)
@@ -631,7 +639,8 @@ plt.show()
 # $\sqrt{(G-1)/G}/\sqrt{T}$: each token's signal is buried under the other $T-1$ tokens' luck, so the
 # samples needed for the same gradient precision grow linearly in $T$. At $T=64$ more than 4 in 10 right
 # tokens are pushed *down*. A critic helps only if it is accurate: with a learned $V_\phi$, $\lambda<1$
-# trades this variance for the critic's bias (here the iteration-20 critic's values are visibly off).
+# trades this variance for the critic's bias (the EchoTask table above: $V_\phi(s_0) = 0.5959$ against the
+# exact 0.6225).
 #
 # ### 6.6 Environments that cannot be reset to the same state
 #
@@ -698,9 +707,9 @@ for a, b, c in rows:
 # | normalisation | group std re-weights prompts by $1/\sigma(x)$ | batch-level |
 # | tuning | nothing to warm up | critic learning rate, $\lambda$, warm-up |
 #
-# On this toy task the critic run happened to finish higher (one seed); the critic's *baseline* was the less
-# accurate one at iteration 20. Both are consistent: the critic run is a different trajectory and per-token
-# advantages help even when $V_\phi(s_0)$ lags.
+# The critic run finished higher on this one seed while its baseline was the less accurate one at
+# iteration 20; the runs follow different trajectories, and one seed says nothing about which method learns
+# faster in general.
 
 # %% [markdown]
 # ## Self-check
@@ -727,7 +736,7 @@ for a, b, c in rows:
 #
 # <details><summary>Answer 3</summary>
 #
-# Hard prompts ($p \approx 0.02$ on SparseMatchTask: 0.85 of groups at $G=8$ in section 6.1) and solved prompts
+# Hard prompts ($p \approx 0.02$ on SparseMatchTask: 0.84 of groups at $G=8$ in section 6.1) and solved prompts
 # (late training, section 4). Remedies: larger $G$ or dynamic sampling for hard prompts, curriculum or
 # filtering out solved prompts; denser rewards; a critic, which still gets $r - V_\phi \ne 0$.
 # </details>

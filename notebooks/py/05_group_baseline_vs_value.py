@@ -607,9 +607,9 @@ for t in range(length):
           f"   {v_exact[-1] - value[x_id]:+22.4f}  {v_critic[t]:10.4f}  {v_exact[-1] - v_critic[t]:+21.4f}")
 
 # %% [markdown]
-# The second token (4; the target is 3) is a mistake the policy makes most of the time: its exact advantage
-# is $-0.0090$, yet the sequence scored above $V(x)$, so GRPO pushes it up with $+0.0441$ like the two good
-# tokens. The iteration-20 critic does not get the sign either ($+0.0633$): its values lag.
+# The second token (4; the target is 3) is a mistake, and a habit: this very completion has probability
+# 0.6659. Its exact advantage is $-0.0090$, yet the sequence scored above $V(x)$, so GRPO pushes it up with
+# $+0.0441$ like the two good tokens. The iteration-20 critic does not get the sign either ($+0.0633$): its values lag.
 # Every token gets the same sequence advantage under GRPO, whatever its own contribution. How much that
 # costs grows with the horizon. An exact toy: $T$ independent binary choices, each right with probability
 # 0.5, reward = fraction right (like EchoTask's partial credit), groups of $G=8$. True per-token advantage

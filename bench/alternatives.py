@@ -64,7 +64,7 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         logits, tokens = ctx.saved_tensors
-        grad = torch.empty(logits.shape, dtype=logits.dtype)  # (..., T, V), the only logits-sized allocation
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)  # (..., T, V), the only big one
         for lg, tk, g, gl in chunks(logits, tokens, grad_out, grad):
             go = g.unsqueeze(-1)  # (r, t, 1)
             torch.softmax(lg, dim=-1, out=gl).mul_(-go)  # -g * softmax, written in place

@@ -7,6 +7,7 @@ waits for; the JSON's own `seconds` is the training loop alone. Budget: 10 s on 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ def run_once(script: str, timeout: float = 300) -> dict:
 def bench_cli(runs: int = 3, progress=print) -> dict:
     """Median over `runs` of each twin, the twins interleaved so background load hits both alike."""
     raw = {script: [] for script in TWINS}
+    load_start = os.getloadavg()[0]
     for i in range(runs):
         for script in TWINS:
             progress(f"  {script} --json, run {i + 1}/{runs}")
@@ -44,5 +46,7 @@ def bench_cli(runs: int = 3, progress=print) -> dict:
             train_median_s=statistics.median(r["seconds"] for r in rows),
             final_reward=[r["final_reward"] for r in rows],
             budget_s=BUDGET_S,
+            measured_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            loadavg=[load_start, os.getloadavg()[0]],
         )
     return results

@@ -60,11 +60,11 @@ def logprobs_table(data: dict) -> list[str]:
     meta = data["time"]["meta"]
     L = meta["logits_bytes"]
     lines = [
-        f"token_logprobs, logits {'x'.join(map(str, meta['shape']))} float32 = {L / MB:.0f} MB (= L), "
+        f"token_logprobs, logits {'x'.join(map(str, meta['shape']))} float32 = {L / MB:.0f} MiB (= L), "
         f"{meta['threads']} thread(s), torch {meta['torch']}, measured {meta['measured_at']}, "
         f"load avg {meta['loadavg_start'][0]:.1f} -> {meta['loadavg_end'][0]:.1f} on {meta['cores']} cores",
-        f"{'implementation':40s} {'fwd ms':>8s} {'fwd+bwd ms':>10s} {'fwd peak MB':>16s} {'kept for bwd MB':>16s} "
-        f"{'fwd+bwd peak MB':>16s} {'max err':>8s} {'1e4 ok':>6s}",
+        f"{'implementation':40s} {'fwd ms':>8s} {'fwd+bwd ms':>10s} {'fwd peak MiB':>16s} {'kept for bwd MiB':>16s} "
+        f"{'fwd+bwd peak MiB':>16s} {'max err':>8s} {'1e4 ok':>6s}",
     ]
     for label, t in timing.items():
         m = memory.get(label) if isinstance(memory, dict) else None
@@ -101,7 +101,9 @@ def verdict(timing: dict) -> list[str]:
 
 
 def cli_table(results: dict) -> list[str]:
-    lines = [f"{'CLI run (--json, default 80 iterations)':40s} {'wall median s':>14s} {'train s':>8s} {'runs':>24s} "
+    load = next(iter(results.values())).get("loadavg", [float("nan")] * 2)
+    lines = [f"CLI wall time, median of runs; load avg {load[0]:.1f} -> {load[1]:.1f}",
+             f"{'CLI run (--json, default 80 iterations)':40s} {'wall median s':>14s} {'train s':>8s} {'runs':>24s} "
              f"{'budget':>7s}  final_reward"]
     for script, r in results.items():
         runs = " ".join(f"{s:.1f}" for s in r["wall_s"])
@@ -138,6 +140,7 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch threads for token_logprobs (project: 1)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile implementation")
     parser.add_argument("--cli-runs", type=int, default=None, help="runs per twin (default 3)")
+    parser.add_argument("--show", action="store_true", help="only print the tables of the last run's summary.json")
     args = parser.parse_args(argv)
     args.shape = args.shape or ("4,64,32000" if args.quick else "16,256,32000")
     args.repeats = args.repeats or (3 if args.quick else 5)
@@ -146,32 +149,46 @@ def parse_args(argv=None):
     return args
 
 
+def tables(summary: dict) -> list[list[str]]:
+    sections = []
+    if "token_logprobs" in summary:
+        sections.append(logprobs_table(summary["token_logprobs"]))
+    if "cli" in summary:
+        sections.append(cli_table(summary["cli"]))
+    if "notebooks" in summary:
+        sections.append(notebook_table(summary["notebooks"]))
+    return sections
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.show:
+        summary = json.loads((RESULTS / "summary.json").read_text())
+        say(f"bench run started {summary['started']}, finished {summary['finished']}")
+        for lines in tables(summary):
+            say("\n".join(lines) + "\n")
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     say(f"bench started {started}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    summary, sections = dict(started=started, args=vars(args)), []
+    summary = dict(started=started, args=vars(args))
     if "logprobs" in args.only:
         summary["token_logprobs"] = run_logprobs(args)
-        sections.append(logprobs_table(summary["token_logprobs"]))
-        say("\n".join(sections[-1]))
+        say("\n".join(logprobs_table(summary["token_logprobs"])))
     if "cli" in args.only:
         say(f"[cli] python grpo_*.py --json, {args.cli_runs} run(s) each")
         summary["cli"] = cli_bench.bench_cli(args.cli_runs, progress=say)
         (RESULTS / "cli.json").write_text(json.dumps(summary["cli"], indent=1))
-        sections.append(cli_table(summary["cli"]))
     if "notebooks" in args.only:
         say("[notebooks] execute each notebooks/NN_*.ipynb (a temporary copy), then time its sliders")
         summary["notebooks"] = notebook_bench.bench_notebooks(progress=say)
         (RESULTS / "notebooks.json").write_text(json.dumps(summary["notebooks"], indent=1))
-        sections.append(notebook_table(summary["notebooks"]))
     summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     summary["loadavg_end"] = list(os.getloadavg())
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1))
     say(f"\n===== summary (started {started}, finished {summary['finished']}, "
         f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores) =====")
-    for lines in sections:
+    for lines in tables(summary):
         say("\n".join(lines) + "\n")
     say(f"results: {RESULTS}/*.json")
 

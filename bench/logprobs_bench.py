@@ -37,10 +37,14 @@ OURS = "grpo_fixed.token_logprobs (ours)"
 BUGGY = "grpo_buggy.token_logprobs (B7)"
 
 
-def implementations(compiled: bool) -> dict:
-    """label -> fn(logits (..., T, V), tokens (..., T)) -> (..., T)"""
+def implementations(compiled: bool, info: dict) -> dict:
+    """label -> fn(logits (..., T, V), tokens (..., T)) -> (..., T); info["compile"] says why compile is out."""
     impls = {OURS: grpo_fixed.token_logprobs, **reference_impls.PUBLIC}
-    if compiled:
+    problem = reference_impls.compile_problem() if compiled else "skipped (--no-compile)"
+    info["compile"] = problem or "ok"
+    if problem:
+        print(f"  torch.compile implementation left out: {problem}", flush=True)
+    else:
         impls.update(reference_impls.COMPILED)
     impls.update(alternatives.PROTOTYPES)
     impls[BUGGY] = grpo_buggy.token_logprobs
@@ -218,8 +222,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     shape = tuple(int(s) for s in args.shape.split(","))
-    impls = implementations(compiled=not args.no_compile)
     info = meta(shape, args.threads)
+    impls = implementations(not args.no_compile, info)
     if args.measure == "time":
         results = measure_time(impls, shape, args.repeats)
     else:

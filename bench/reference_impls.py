@@ -66,6 +66,16 @@ def compiled_selective_log_softmax(logits, tokens):
     return _compiled(logits, tokens)
 
 
+def compile_problem() -> str | None:
+    """None if torch.compile works here (forward and backward on a tiny input), else why not."""
+    try:
+        logits = torch.randn(2, 3, 5, requires_grad=True)
+        compiled_selective_log_softmax(logits, torch.zeros(2, 3, dtype=torch.long)).sum().backward()
+    except Exception as e:  # no C++ compiler, unsupported platform, ...: report and benchmark the rest
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+    return None
+
+
 PUBLIC = {
     "naive log_softmax+gather (verl naive)": naive_log_softmax_gather,
     "TRL selective_log_softmax (= verl v2)": trl_selective_log_softmax,

@@ -74,6 +74,8 @@ def logprobs_table(data: dict) -> list[str]:
         err = f"{err:8.1e}" if isinstance(err, float) else f"{err:>8s}"
         lines.append(f"{label:40s} {t['forward_median_s'] * 1e3:8.0f} {t['forward_backward_median_s'] * 1e3:10.0f} "
                      f"{mem} {err} {'yes' if t['stable_1e4'] else 'NO':>6s}")
+    if meta.get("compile", "ok") != "ok":
+        lines.append(f"torch.compile row left out: {meta['compile']}")
     if "unavailable" in memory:
         lines.append(f"memory: {memory['unavailable']}")
     lines.append("fwd = forward under no_grad; fwd+bwd = forward with autograd + backward; peaks are resident memory")

@@ -114,10 +114,12 @@ for adv, rho in ((1.5, 0.5), (1.5, 1.5), (-1.5, 0.5), (-1.5, 1.5)):
 # removes the incentive to overshoot, never the correction of a mistake.
 #
 # **Slider.** Clip radius ε and advantage size |A|; solid lines are J(ρ), dashed lines ∂J/∂log π, the
-# grey band is [1−ε, 1+ε]. Each redraw is 4 × 221 autograd calls on one token (well under a second).
+# grey band is [1−ε, 1+ε]. On the unclipped branch J and its gradient are the same number ρA (because
+# ∂ρ/∂log π = ρ), so the dashed line lies on the solid one; they part where the flat piece takes over
+# (J constant, gradient 0). Each redraw is 4 × 111 autograd calls on one token.
 
 # %%
-RATIO_GRID = [0.25 + 0.0125 * i for i in range(221)]  # 0.25 .. 3.0
+RATIO_GRID = [0.25 + 0.025 * i for i in range(111)]  # 0.25 .. 3.0
 
 
 def draw_clipping(clip, adv_size):
@@ -351,7 +353,7 @@ w_beta = live_figure(draw_beta, beta=nb04.choice({k: k for k in BETAS}, "0.1", "
 display(w_beta)
 
 # %%
-for label in BETAS:
+for label in ("0.5", "0"):
     reward, kl = set_value(w_beta, "beta", label)
     print(f"beta {label:>4}: reward {reward:.3f}  exact KL {kl:.3f}")
 plt.close("all")
@@ -359,8 +361,8 @@ plt.close("all")
 # %% [markdown]
 # β = 0.5 holds the policy to an exact KL of 0.294 nats per token and pays for it: reward 0.368 against
 # 0.610 to 0.686 for the small βs. β = 0.1 cuts the KL from 1.408 (β = 0) to 0.987 at a similar reward.
-# Between 0 and 0.02 the difference in 30 iterations is within what a different seed would give: on
-# this easy task the penalty's job is to limit drift, not to help the reward.
+# Between 0 and 0.02 (reward 0.610 vs 0.686, KL 1.408 vs 1.323) this is one seed of 30 iterations: do
+# not read much into it. On this easy task the penalty's job is to limit drift, not to help the reward.
 #
 # ### 2d. A flipped sign
 #
@@ -371,10 +373,11 @@ plt.close("all")
 # %%
 flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"], "-0.1": nb04.instrumented_run(beta=-0.1, **SHORT)}
 print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL at it 9':>16} {'exact KL (last 10)':>18} "
-      f"{'entropy (last)':>14}")
+      f"{'entropy (last)':>14} {'health warnings':>15}")
 for label, run in flip_runs.items():
+    warnings = sum(bool(s["health"]) for s in run["history"])  # iterations with a failed health check
     print(f"{label:>5} | {nb04.tail_mean(run['clean_reward']):16.3f} {run['exact_kl'][9]:16.3f} "
-          f"{nb04.tail_mean(run['exact_kl']):18.3f} {run['history'][-1]['entropy']:14.3f}")
+          f"{nb04.tail_mean(run['exact_kl']):18.3f} {run['history'][-1]['entropy']:14.3f} {warnings:15d}")
 fig, (ax_k, ax_e) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
 for (label, run), color in zip(flip_runs.items(), (FIXED, REFERENCE, BUGGY), strict=True):
     ax_k.plot(run["exact_kl"], color=color, label=f"beta {label}")
@@ -387,10 +390,10 @@ plt.show()
 # %% [markdown]
 # With the sign flipped the KL climbs faster than with no penalty at all (1.369 vs 0.910 nats at
 # iteration 9), the sampling entropy collapses to 0.047 and the reward ends at 0.435 instead of 0.610:
-# the policy becomes confidently different from the reference rather than good. It saturates near
-# 1.7 only because a 6-token vocabulary bounds how far a policy can get from this reference. The
-# health check "KL finite and >= 0" does not fire: the KL *is* positive, just growing for the wrong
-# reason; the signature is KL rising faster than at β = 0.
+# the policy becomes confidently different from the reference rather than good. The KL levels off
+# near 1.7 because with 6 tokens it cannot exceed max_x log(1/π_ref(x)) at any position. No health
+# check fires (the last column): the KL *is* positive, just growing for the wrong reason. The
+# signature is KL rising faster than in a β = 0 run.
 #
 # ### 2e. Why the reference, and not the old policy
 #
@@ -502,7 +505,7 @@ w_scale = live_figure(draw_scale, scale=nb04.choice({k: k for k in SCALES}, "0.0
 display(w_scale)
 
 # %%
-for label in SCALES:
+for label in ("100", "1"):
     rewards = set_value(w_scale, "reward scale", label)
     print(f"s = {label:>4}: reward without normalisation {rewards[False]:.3f}, with {rewards[True]:.3f}")
 plt.close("all")
@@ -591,8 +594,8 @@ print(f"inner steps {len(norms)}, median pre-clip norm {sorted(norms)[len(norms)
       f"max {max(norms):.3f}, fraction above max_grad_norm = 1: {sum(n > 1 for n in norms) / len(norms):.3f}")
 
 # %% [markdown]
-# Clipping is active on a few percent of the steps and then only trims a little: B11 cannot do much
-# damage here, which is why the single-bug B11 hybrid reaches the fixed twin's reward on this task.
+# Clipping acts on 2.5% of the steps (3 of 120) and shrinks each of them by at most a factor 1.4:
+# B11 (no clipping) can barely change this run. The bug needs gradient spikes to bite.
 #
 # **Where it does.** Take away the normalisation (A = r − mean) and let the reward model glitch: with
 # probability 0.005 per sample it adds 1000 to the reward, whatever the completion. Every glitch is a
@@ -604,6 +607,7 @@ GLITCH = dict(glitch_prob=0.005, glitch_size=1000.0, normalise=False, **SHORT)
 MAX_NORMS = {"0.1": 0.1, "1": 1.0, "10": 10.0}
 clip_runs = {label: nb04.instrumented_run(max_grad_norm=c, **GLITCH) for label, c in MAX_NORMS.items()}
 clip_runs["none (B11)"] = nb04.instrumented_run("B11", **GLITCH)
+print(f"P(a batch of 64 samples has a glitch) = 1 - 0.995^64 = {1 - 0.995**64:.3f}")
 print(f"{'max norm':>10} | {'reward (last 10)':>16} {'median pre-clip':>15} {'max pre-clip':>12} {'clipped steps':>13}")
 for label, run in clip_runs.items():
     norms = [step["grad_norm"] for it in run["inner"] for step in it]
@@ -619,6 +623,7 @@ def draw_grad_clip(max_norm):
     buggy = [s["grad_norm"] for it in clip_runs["none (B11)"]["inner"] for s in it]
     fixed = [s["grad_norm"] for it in clip_runs[max_norm]["inner"] for s in it]
     limit = MAX_NORMS[max_norm]
+    ax_b.set_title("hybrid('B11'): no clipping", color=BUGGY)
     ax_b.plot(buggy, color=BUGGY, lw=1, label="pre-clip = applied")
     ax_f.plot(fixed, color="0.7", lw=1, label="pre-clip")
     ax_f.plot([min(n, limit) for n in fixed], color=FIXED, lw=1.5, label="applied")
@@ -637,17 +642,17 @@ w_clipnorm = live_figure(draw_grad_clip, max_norm=nb04.choice({k: k for k in MAX
 display(w_clipnorm)
 
 # %%
-for label in MAX_NORMS:
+for label in ("1", "10"):
     rewards = set_value(w_clipnorm, "max norm", label)
     print(f"max norm {label:>4}: reward buggy (no clipping) {rewards['buggy']:.3f}, fixed {rewards['fixed']:.3f}")
 plt.close("all")
 
 # %% [markdown]
-# A glitch lands in roughly a quarter of the batches (64 samples × 0.005), and its batch's gradient
-# is 100 to 170 against a median of about 0.1. Only the cap at 0.1, just below the typical norm,
-# rescues the run: clean reward 0.488 against 0.154 without clipping. Caps of 1 and 10 still let
-# the glitch batches through at 10 to 100 times the typical size (0.220 and 0.129, no better than
-# no cap given seed noise). To be useful, a cap sits near the typical norm, not at a "safe" large value.
+# A glitch lands in 27% of the batches, and the gradient peaks between 100 and 170 against a median
+# of about 0.1. Only the cap at 0.1, just below the typical norm, rescues the run: clean reward 0.488
+# against 0.154 without clipping. Caps of 1 and 10 still let the glitch batches through at about 9
+# and 75 times the typical size (reward 0.220 and 0.129: no real improvement on one seed). To be
+# useful, a cap sits near the typical norm, not at a "safe" large value.
 #
 # **Why it matters even with Adam.** Adam already bounds the size of the step a spike causes; the
 # damage is to its second-moment estimate v, which remembers g² with a half-life of about 693 steps
@@ -660,9 +665,10 @@ for label, m in moves.items():
           f"total over the 49 steps after {sum(m[11:]):.4f}")
 
 # %% [markdown]
-# Unclipped, the spike step itself is even *smaller* than normal (Adam's bias-corrected v jumps), but
-# every step afterwards shrinks: 10 steps later the parameter moves 0.0033 per step instead of 0.0100,
-# and over the next 49 steps it travels 0.0495 instead of 0.4900, a tenfold stall from one bad batch.
+# Unclipped, the spike step itself is even *smaller* than normal (0.0048: Adam's bias-corrected v
+# jumps), but every step afterwards shrinks: 0.0018 per step ten steps later and 0.0002 forty steps
+# later, instead of 0.0100. Over the 49 steps after the spike the parameter travels 0.0495 instead of
+# 0.4900, a tenfold stall from one bad gradient.
 # Clipped at 1, the spike is just another gradient of norm 1.
 #
 # > **You should know.**
@@ -739,4 +745,4 @@ for label, m in moves.items():
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"notebook compute time on this machine: {time.perf_counter() - started:.1f} s")
+print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s")

@@ -151,13 +151,17 @@ class TestSampling:
         probs = torch.softmax(logits - logits.max(), -1)
         assert ((freq - probs).abs() <= binomial_tolerance(probs, n)).all(), (offset, freq.tolist())
 
-    def test_float32_extremes(self, impl):
+    def test_float_extremes(self, impl):
         big, small = torch.finfo(torch.float32).max, torch.finfo(torch.float32).min
         g = torch.Generator().manual_seed(0)
         assert impl.sample_from_logits(torch.tensor([small, big, small]), 100, generator=g).eq(1).all()
         assert impl.sample_from_logits(torch.tensor([1e4, -1e4]), 100, generator=g).eq(0).all()
         both = impl.sample_from_logits(torch.tensor([big, big]), 400, generator=g)
         assert set(both.tolist()) == {0, 1}
+        d = torch.finfo(torch.float64)
+        draws = impl.sample_from_logits(torch.tensor([d.max, d.min, d.max], dtype=torch.float64), 400, generator=g)
+        assert set(draws.tolist()) == {0, 2}
+        assert set(impl.sample_from_logits(torch.tensor([d.min, d.min]), 400, generator=g).tolist()) == {0, 1}
 
     def test_minus_inf_logit_is_never_drawn(self, impl):
         draws = impl.sample_from_logits(torch.tensor([0.0, -math.inf, 0.0]), 500, generator=torch.Generator())

@@ -161,14 +161,16 @@ plt.close("all")
 # With ε = 0.3 the fixed twin's zero-gradient sets are ρ > 1.3 (A > 0) and ρ < 0.7 (A < 0),
 # whatever |A| is. The buggy twin's window moves with |A|: the A > 0 flat region starts at
 # ρ = (1+ε)/|A| (0.867 for |A| = 1.5, 2.6 for |A| = 0.5), and for A < 0 the gradient is never zero.
+# (The printed bounds are the first points of the 0.025-step grid inside each set.)
 #
 # > **You should know.**
 # > - Fixed clipping has zero gradient exactly where the ratio already moved *in the direction the
 # >   advantage wants* beyond the window: ρ > 1+ε for A > 0, ρ < 1−ε for A < 0. Everywhere else the
 # >   gradient is ρA.
 # > - The min keeps the gradient when the ratio moved the wrong way: J is a pessimistic bound.
-# > - The window does **not** bound ρ itself: several inner steps can push ρ far out, and for A < 0
-# >   with ρ > 1+ε the gradient ρA grows without limit (−4.5 at ρ = 3 above). "Dual-clip" PPO caps that
+# > - The window does **not** bound ρ itself: it only removes this token's incentive to go further,
+# >   while updates driven by other tokens (shared parameters) can still move it. And for A < 0 with
+# >   ρ > 1+ε the gradient ρA grows without limit (−4.5 at ρ = 3 above). "Dual-clip" PPO caps that
 # >   branch; here gradient clipping (section 4) is the backstop.
 # > - B4 signature: with |A| > 1+ε, a good token's gradient is zero at ρ = 1 (no learning from the
 # >   strongest signals); bad tokens are never clipped.
@@ -231,8 +233,8 @@ for name, logp in PAIRS.items():
 #   a large share of the tokens for moving away.
 # - **k2** is never negative and has a small spread, but it is biased once π is far from π_ref: 4.0220
 #   for an exact 2.3979 (learned), 0.5131 for 0.7392 (collapsed).
-# - **k3** is never negative and unbiased, with the smallest std near the reference (0.0005 on the near
-#   pair, about 90 times less than k1). Far from the reference it loses that edge: r = π_ref/π is
+# - **k3** is never negative and unbiased, with a std as small as k2's near the reference (0.0005 on
+#   the near pair, about 90 times less than k1). Far from the reference it loses that edge: r = π_ref/π is
 #   large on tokens π rarely emits, so the samples are heavy-tailed (std 2.4282 on the learned pair,
 #   above k1's 1.4979).
 # - **B8** (k3 reversed) estimates χ² − KL instead: 12.8863 for the learned policy whose KL is 2.3979,
@@ -276,7 +278,7 @@ print(f"t = 1.0: exact {exact[-1]:.4f}  buggy {estimate['buggy'][-1]:.4f}  fixed
 # %% [markdown]
 # ### 2b. Why k3, and one caveat about its gradient
 #
-# k3 wins on value: unbiased, never negative, lowest variance where the trainer lives (π close to
+# k3 wins on value: unbiased, never negative, and low variance where the trainer lives (π close to
 # π_ref). But the trainer *differentiates* the estimate, with the sampled tokens held fixed. The
 # expected gradient of such a "pathwise" loss is not automatically the gradient of KL(π ‖ π_ref).
 # Exactly, on the 5-token vocabulary (weights π(x) detached, gradients with respect to π's logits):
@@ -291,7 +293,7 @@ for name, logp in PAIRS.items():
           f"{(g['grad KL(pi||ref)'] - g['grad KL(ref||pi)']).norm():13.4f}")
 
 # %% [markdown]
-# Used as a loss on samples, k1 has zero expected gradient (E_π[∇log π] = 0; the 1e-8 values are
+# Used as a loss on samples, k1 has zero expected gradient (E_π[∇log π] = 0; values of 1e-9 to 1e-7 are
 # float32 rounding), k2 gives exactly ∇KL(π ‖ π_ref), and k3 gives exactly ∇KL(π_ref ‖ π), the
 # *other* direction. Near the reference the two gradients nearly coincide (difference 0.0002 against a
 # norm of 0.0244 on the near pair), which is why k3 works as a penalty in practice; far away they
@@ -366,7 +368,7 @@ plt.close("all")
 #
 # ### 2d. A flipped sign
 #
-# `loss = pg_loss - beta * kl` (or a log-ratio written backwards inside the penalty) turns the
+# `loss = pg_loss - beta * kl` (or a k1 penalty written as log π_ref − log π) turns the
 # anchor into a repeller: the policy is *rewarded* for moving away from the reference. The tiny local
 # variant is `beta=-0.1` in the config; same seed and settings as above.
 
@@ -391,7 +393,8 @@ plt.show()
 # With the sign flipped the KL climbs faster than with no penalty at all (1.369 vs 0.910 nats at
 # iteration 9), the sampling entropy collapses to 0.047 and the reward ends at 0.435 instead of 0.610:
 # the policy becomes confidently different from the reference rather than good. The KL levels off
-# near 1.7 because with 6 tokens it cannot exceed max_x log(1/π_ref(x)) at any position. No health
+# near 1.7; it could not grow without bound anyway, since KL(π ‖ π_ref) ≤ max_x log(1/π_ref(x)) at each
+# position, and the vocabulary has 6 tokens. No health
 # check fires (the last column): the KL *is* positive, just growing for the wrong reason. The
 # signature is KL rising faster than in a β = 0 run.
 #
@@ -432,7 +435,7 @@ plt.show()
 #
 # > **You should know.**
 # > - β trades reward for staying close: here β = 0.5 capped exact KL at 0.294 nats/token and cost
-# >   about 0.3 reward in 30 iterations.
+# >   0.24 to 0.32 reward against β ≤ 0.02 in 30 iterations.
 # > - A flipped sign does not crash anything: KL rises faster than with no penalty, entropy collapses,
 # >   reward falls. Compare against a β = 0 run to see it.
 # > - The ratio clip bounds one iteration's step against π_old; the KL anchor bounds the total drift
@@ -441,9 +444,9 @@ plt.show()
 # <details><summary>Question: your KL curve is flat at exactly 0.0000 for the whole run while the reward
 # rises. What are the likely causes? (Answer)</summary>
 #
-# The reference is not frozen: it is the same module as the policy (no `deepcopy`), or it is re-copied
-# from the policy each iteration, i.e. it is π_old in disguise. Also possible: ref log-probs computed
-# from the policy instead of `ref_policy`.
+# The "reference" is the policy itself: the same module (no `deepcopy`), or ref log-probs computed
+# with `policy` instead of `ref_policy` inside the inner loop. A reference re-copied from the policy at
+# every rollout would not give a flat 0 but the red sawtooth above: π_old in disguise.
 # </details>
 
 # %% [markdown]
@@ -515,8 +518,9 @@ plt.close("all")
 # trainer does not know what units the reward is in. Without it, s = 0.01 never leaves the starting
 # reward (0.142, exact KL 0.002: the effective β is 0.02/0.01 = 2, a hundred times that of the s = 1
 # run, and it pins the policy to the reference harder than β = 0.5 did), and s = 100 behaves like
-# β ≈ 0 (exact KL 1.382, close to the β = 0 run's 1.408). Normalisation also bounds the advantages: in a group of G
-# the largest possible |A_i| is √(G−1) (one success among G−1 failures), 2.6458 for G = 8:
+# β ≈ 0 (exact KL 1.382, close to the β = 0 run's 1.408). Normalisation also bounds the advantages:
+# in a group of G the largest possible |A_i| is √(G−1) (one success among G−1 failures), 2.6458 for
+# G = 8:
 
 # %%
 print(f"max |A| for one success in a group of 8: {grpo_fixed.group_advantage([1.0] + [0.0] * 7).abs().max():.4f}")
@@ -690,14 +694,33 @@ for label, m in moves.items():
 # %% [markdown]
 # ## 5. Summary: what each stabiliser protects against, and what it costs
 #
-# | stabiliser | protects against | costs |
-# |---|---|---|
-# | ratio clip ε | overshooting π_old during one batch's inner steps (§1) | A < 0 with ρ > 1+ε stays unbounded |
-# | KL to π_ref, β | cumulative drift over iterations (§2e) | reward: 0.368 at β 0.5 vs 0.686 at 0.02 (§2c) |
-# | advantage normalisation | reward units setting step and effective β; outliers (§3a) | noise → ±1 without ε (§3b) |
-# | gradient clip c | gradient spikes and Adam's stall after one (§4) | legitimate large steps get cut too |
+# <table>
+# <tr><th>stabiliser</th><th>protects against</th><th>costs</th></tr>
+# <tr>
+# <td>ratio clip ε (§1)</td>
+# <td>one rollout batch pushing a token's probability far from π_old over the inner steps</td>
+# <td>tokens past the window get zero gradient (less learning per batch); ε to tune;
+# no bound on the A &lt; 0, ρ &gt; 1+ε branch (−4.5 at ρ = 3)</td>
+# </tr>
+# <tr>
+# <td>KL to frozen π_ref, β (§2)</td>
+# <td>cumulative drift over many iterations, which KL to π_old cannot see (it restarts at 0 every rollout)</td>
+# <td>reward (0.368 at β = 0.5 vs 0.686 at 0.02 in 30 iterations); a reference forward pass per batch;
+# β to tune; k3's gradient is ∇KL(π_ref ‖ π)</td>
+# </tr>
+# <tr>
+# <td>advantage normalisation (§3)</td>
+# <td>reward units setting the step and the effective β (β/s without it); outlier rewards (|A| ≤ √(G−1))</td>
+# <td>turns noise-level differences into ±1 advantages unless ε floors them; ε sets what counts as signal</td>
+# </tr>
+# <tr>
+# <td>gradient clipping c (§4)</td>
+# <td>gradient spikes, and under Adam the long stall after one (0.0495 vs 0.4900 travelled in the toy)</td>
+# <td>also shortens legitimate large steps; useful only near the typical norm (0.1 helped, 10 did not)</td>
+# </tr>
+# </table>
 #
-# Each has a knob (ε, β, the ε of the std, c) and each is cheap to compute except the KL term, which
+# Each has its knob (ε, β, the ε of the std, c). All are cheap to compute except the KL term, which
 # needs a forward pass of the reference model on every rollout batch.
 
 # %% [markdown]
@@ -722,9 +745,9 @@ for label, m in moves.items():
 #    collapses. First thing to check?
 # <details><summary>Answer</summary>
 #
-# The sign of the penalty (`pg_loss - beta * kl`, or a negative β from a config), then the direction of
-# the log-ratio inside the estimator (B8 gives a biased but still positive value, so it would not cause
-# this on its own).
+# The sign of the penalty: `pg_loss - beta * kl`, a negative β from a config, or a k1 penalty written
+# as log π_ref − log π. (Reversing the log-ratio inside k3, B8, does not flip the sign: it only biases
+# the value, so it would not cause this on its own.)
 # </details>
 #
 # 4. You multiply all rewards by 100 in a trainer without advantage normalisation, using Adam. Does the

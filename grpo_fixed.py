@@ -92,7 +92,7 @@ class EchoTask:
     """Echo the prompt, then stop: completion should be prompt tokens followed by EOS.
 
     Reward = fraction of the P + 1 target positions that match (EOS included), so it needs both
-    conditioning on the prompt and EOS handling. Random policy: about 0.2.
+    conditioning on the prompt and EOS handling. A uniform random policy scores about 0.14.
     """
 
     vocab_size = 6
@@ -146,8 +146,8 @@ def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
     """
     if logits.dim() not in (1, 2) or logits.shape[-1] == 0:
         raise ValueError(f"logits must be (V,) or (N, V) with V >= 1, got shape {tuple(logits.shape)}")
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
     if not torch.is_floating_point(logits):
         raise ValueError(f"logits must be a floating-point tensor, got {logits.dtype}")
     if torch.isnan(logits).any() or (logits == math.inf).any():
@@ -174,6 +174,8 @@ def _rewards_tensor(rewards) -> torch.Tensor:
             raise ValueError(f"rewards[{i}] = {r} is not representable in float64") from None
         if not math.isfinite(value):
             raise ValueError(f"rewards[{i}] must be finite, got {r!r}")
+        if value == 0 and r != 0:
+            raise ValueError(f"rewards[{i}] = {r} underflows to 0 in float64 (not representable)")
         values.append(value)
     return torch.tensor(values, dtype=torch.float64)
 
@@ -193,9 +195,10 @@ def group_advantage(rewards, eps: float = 1e-8):
     r = r / scale  # FIX B2: (same rescale)
     centered = r - r.mean()  # (G,)
     std = centered.pow(2).mean().sqrt()
-    if scale >= 1:  # FIX B2: undo the rescale on the side that cannot overflow
+    if math.isfinite(eps / scale):  # FIX B2: undo the rescale on eps, where it cannot overflow
         return centered / (std + eps / scale)  # FIX B2: eps > 0 keeps the division finite
-    return (centered * scale) / (std * scale + eps)  # FIX B2: (tiny rewards: eps / scale could overflow)
+    q = scale / eps  # FIX B2: tiny rewards, eps / scale = inf: divide through by eps / scale instead
+    return (centered * q) / (std * q + 1)  # FIX B2: (same quantity, no overflow)
 
 
 def _zero_masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -227,7 +230,8 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages must be (N,) = ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
     log_ratio = _zero_masked(logprobs - old_logprobs.detach(), mask)  # (N, T)
-    ratio = torch.exp(log_ratio)  # (N, T)
+    # Clamped only where exp would overflow (e^88 in float32): a clipped token's zero gradient must not be 0 * inf.
+    ratio = torch.exp(log_ratio.clamp(max=math.log(torch.finfo(log_ratio.dtype).max) - 1))  # (N, T)
     adv = advantages.detach().unsqueeze(1)  # (N, 1): one advantage per sequence, broadcast over tokens
     unclipped = ratio * adv  # (N, T)
     clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * adv  # FIX B4: clip ratio, then * A (A<0 flips sides)

@@ -22,7 +22,7 @@ def _answer(completions, mask, width):
 
 class ReverseTask:
     """Say the prompt backwards, then EOS: needs conditioning on every prompt token.
-    Reward: fraction of the P + 1 target positions matched (dense). Random policy: about 0.2."""
+    Reward: fraction of the P + 1 target positions matched (dense). Uniform random policy: about 0.13."""
 
     vocab_size = 6
     eos_id = 0

@@ -1,6 +1,6 @@
 """`make bench`: token_logprobs against public implementations, CLI wall time, notebook times.
 
-  .venv/bin/python bench/run.py             everything (about 5-10 minutes on a 2-core machine)
+  .venv/bin/python bench/run.py             everything (about 6 minutes on a quiet 2-core machine)
   .venv/bin/python bench/run.py --quick     small logits (4x64x32000), no torch.compile, 1 CLI run
   .venv/bin/python bench/run.py --only cli notebooks
 
@@ -36,19 +36,41 @@ def say(msg: str) -> None:
 # ---- token_logprobs ------------------------------------------------------------------------------
 
 
+MMAP_EVERY_TENSOR = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+"""environment of the memory subprocesses: each tensor buffer its own mmap, so RSS tracks live tensors"""
+
+
 def run_logprobs(args) -> dict:
-    """The two measurement subprocesses of logprobs_bench.py (time, then memory with per-tensor mmap)."""
-    common = ["--shape", args.shape, "--threads", str(args.threads)] + (["--no-compile"] if args.no_compile else [])
+    """The measurement subprocesses of logprobs_bench.py: time, memory (per-tensor mmap), and memory
+    again for one long sequence (--long-shape, B = 1), where chunking by batch rows alone cannot help."""
+    runs = [("time", args.shape, {}), ("memory", args.shape, MMAP_EVERY_TENSOR)]
+    if args.long_shape:
+        runs.append(("memory_long", args.long_shape, MMAP_EVERY_TENSOR))
     out = {}
-    for measure, extra_env in (("time", {}), ("memory", {"MALLOC_MMAP_THRESHOLD_": "65536"})):
-        path = RESULTS / f"token_logprobs_{measure}.json"
-        cmd = [sys.executable, str(BENCH / "logprobs_bench.py"), "--measure", measure, "--out", str(path), *common]
-        if measure == "time":
-            cmd += ["--repeats", str(args.repeats)]
-        say(f"[token_logprobs] {measure}, logits {args.shape} float32, {args.threads} thread(s)")
+    for name, shape, extra_env in runs:
+        path = RESULTS / f"token_logprobs_{name}.json"
+        cmd = [sys.executable, str(BENCH / "logprobs_bench.py"), "--measure", name.split("_")[0], "--out", str(path),
+               "--shape", shape, "--threads", str(args.threads)]
+        cmd += ["--no-compile"] if args.no_compile or name == "memory_long" else []
+        cmd += ["--repeats", str(args.repeats)] if name == "time" else []
+        say(f"[token_logprobs] {name}, logits {shape} float32, {args.threads} thread(s)")
         subprocess.run(cmd, check=True, env={**os.environ, **extra_env}, timeout=3600)
-        out[measure] = json.loads(path.read_text())
+        out[name] = json.loads(path.read_text())
     return out
+
+
+def long_memory_table(data: dict) -> list[str]:
+    meta, memory = data["meta"], data["results"]
+    if "unavailable" in memory:
+        return [f"memory (long sequence): {memory['unavailable']}"]
+    L = meta["logits_bytes"]
+    lines = [f"one long sequence: logits {'x'.join(map(str, meta['shape']))} float32 = {L / MB:.0f} MiB (= L), "
+             f"measured {meta['measured_at']}",
+             f"{'implementation':40s} {'fwd peak MiB':>16s} {'kept for bwd MiB':>16s} {'fwd+bwd peak MiB':>16s}"]
+    for label, m in memory.items():
+        lines.append(f"{label:40s} {_mb(m['forward_peak_bytes'], L):>16s} {_mb(m['graph_kept_bytes'], L):>16s} "
+                     f"{_mb(m['forward_backward_peak_bytes'], L):>16s}")
+    return lines
 
 
 def _mb(nbytes, logits_bytes) -> str:
@@ -138,6 +160,9 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="small logits, no compile, one CLI run per twin")
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--shape", default=None, help="B,T,V of the logits (default 16,256,32000)")
+    parser.add_argument("--long-shape", default=None,
+                        help="B,T,V of a single long sequence for a second memory run (default 1,4096,32000; "
+                             "none with --quick; '' to skip)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per implementation (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for token_logprobs (project: 1)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile implementation")
@@ -146,6 +171,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.shape = args.shape or ("4,64,32000" if args.quick else "16,256,32000")
     args.repeats = args.repeats or (3 if args.quick else 5)
+    if args.long_shape is None:
+        args.long_shape = "" if args.quick else "1,4096,32000"
     args.cli_runs = args.cli_runs or (1 if args.quick else 3)
     args.no_compile = args.no_compile or args.quick
     return args
@@ -155,6 +182,8 @@ def tables(summary: dict) -> list[list[str]]:
     sections = []
     if "token_logprobs" in summary:
         sections.append(logprobs_table(summary["token_logprobs"]))
+        if "memory_long" in summary["token_logprobs"]:
+            sections.append(long_memory_table(summary["token_logprobs"]["memory_long"]))
     if "cli" in summary:
         sections.append(cli_table(summary["cli"]))
     if "notebooks" in summary:

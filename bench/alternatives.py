@@ -45,6 +45,14 @@ def _picked_log_softmax(logits_chunk, tokens_chunk):
     return torch.log_softmax(logits_chunk, dim=-1).gather(-1, tokens_chunk.unsqueeze(-1)).squeeze(-1)
 
 
+def small_chunk_logsumexp(logits, tokens):
+    """grpo_fixed's algorithm (picked - logsumexp) with L2-sized chunks that also split along T: the
+    minimal change. Separates the cost of big temporaries from the cost of logsumexp itself."""
+    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (..., T)
+    lse = torch.cat([lg.logsumexp(dim=-1).flatten() for (lg,) in chunks(logits)])  # (R*T,)
+    return picked - lse.view(picked.shape)
+
+
 def chunked_log_softmax(logits, tokens):
     """log_softmax + gather, chunk by chunk: lean under no_grad, not under autograd (see module doc)."""
     return torch.cat([_picked_log_softmax(lg, tk).flatten() for lg, tk in chunks(logits, tokens)]).view(tokens.shape)
@@ -78,6 +86,7 @@ def fused_token_logprobs(logits, tokens):
 
 
 PROTOTYPES = {
+    "proto: logsumexp, 2 MB chunks": small_chunk_logsumexp,
     "proto: chunked log_softmax+gather": chunked_log_softmax,
     "proto: autograd.Function (fused)": fused_token_logprobs,
 }

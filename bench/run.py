@@ -3,6 +3,7 @@
   .venv/bin/python bench/run.py             everything (about 6 minutes on a quiet 2-core machine)
   .venv/bin/python bench/run.py --quick     small logits (4x64x32000), no torch.compile, 1 CLI run
   .venv/bin/python bench/run.py --only cli notebooks
+  .venv/bin/python bench/why_logsumexp.py  per-op timings: why logsumexp is slower than log_softmax on CPU
 
 Results go to bench/results/*.json (gitignored); the last lines printed are the summary.
 The machine may be shared: every number is a median, and the load average is recorded with it.

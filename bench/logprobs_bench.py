@@ -3,7 +3,8 @@
 Run by bench/run.py as two subprocesses, because the two measurements want different allocators:
   --measure time    forward under no_grad (how old / reference log-probs are computed) and forward +
                     backward (the training call), median of --repeats after a warm-up, implementations
-                    interleaved round by round so load from other processes hits them all alike;
+                    interleaved round by round in a shuffled order, so load from other processes and
+                    the allocator state left by the previous implementation hit them all alike;
                     also the max error against a float64 reference and a large-logit stability probe.
   --measure memory  peak extra resident memory. torch's CPU allocator has no statistics and
                     tracemalloc does not see it, so we reset the kernel's high-water mark
@@ -22,6 +23,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import time
 from pathlib import Path
@@ -91,6 +93,14 @@ def forward_backward_seconds(fn, logits, tokens, grad_out) -> float:
     return time.perf_counter() - start
 
 
+def shuffled(impls: dict, seed: int) -> list:
+    """The (label, fn) pairs in a per-round order: who runs after whom (e.g. after an implementation
+    that just freed 1 GB) changes its time, so no implementation always follows the same one."""
+    pairs = list(impls.items())
+    random.Random(seed).shuffle(pairs)
+    return pairs
+
+
 def measure_time(impls, shape, repeats):
     logits, tokens = make_inputs(shape)
     grad_out = torch.randn(tokens.shape)  # (B, T), fixed upstream gradient
@@ -106,14 +116,14 @@ def measure_time(impls, shape, repeats):
                               stable_1e4=stability_probe(fn), forward_s=[], forward_backward_s=[])
     for rep in range(repeats):
         print(f"  forward (no_grad) round {rep + 1}/{repeats}", flush=True)
-        for label, fn in impls.items():
+        for label, fn in shuffled(impls, rep):
             results[label]["forward_s"].append(forward_seconds(fn, logits, tokens))
     logits.requires_grad_(True)
     for fn in impls.values():  # warm-up of the autograd path (compiles the backward graph too)
         forward_backward_seconds(fn, logits, tokens, grad_out)
     for rep in range(repeats):
         print(f"  forward+backward round {rep + 1}/{repeats}", flush=True)
-        for label, fn in impls.items():
+        for label, fn in shuffled(impls, rep):
             results[label]["forward_backward_s"].append(forward_backward_seconds(fn, logits, tokens, grad_out))
     for r in results.values():
         r["forward_median_s"] = statistics.median(r["forward_s"])

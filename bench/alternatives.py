@@ -8,13 +8,14 @@ a faster exp, one write), about twice as fast per element. Its autograd node, ho
 
 - chunked_log_softmax: log_softmax + gather chunk by chunk. Fast and lean under no_grad (old and
   reference log-probs); under autograd the chunks' outputs are kept: a logits-sized tensor in total.
-- fused_token_logprobs: a torch.autograd.Function. Forward = chunked log_softmax + gather, saving
-  only (logits, tokens). Backward = g * (onehot(token) - softmax(logits)), chunk by chunk, written
-  into the one (..., T, V) gradient tensor that any implementation must return.
+- proposed_token_logprobs.token_logprobs: a torch.autograd.Function. Forward = chunked log_softmax +
+  gather, saving only (logits, tokens). Backward = g * (onehot(token) - softmax(logits)), chunk by
+  chunk, written into the one (..., T, V) gradient tensor that any implementation must return.
 """
 
 from __future__ import annotations
 
+import proposed_token_logprobs
 import torch
 
 CHUNK_ELEMENTS = 1 << 19
@@ -58,35 +59,8 @@ def chunked_log_softmax(logits, tokens):
     return torch.cat([_picked_log_softmax(lg, tk).flatten() for lg, tk in chunks(logits, tokens)]).view(tokens.shape)
 
 
-class _TokenLogprobs(torch.autograd.Function):
-    """log pi(token) = logits[token] - logsumexp(logits), with d/dlogits = onehot(token) - softmax(logits)."""
-
-    @staticmethod
-    def forward(ctx, logits, tokens):
-        out = logits.new_empty(tokens.shape)  # (..., T)
-        for lg, tk, o in chunks(logits, tokens, out):
-            o.copy_(_picked_log_softmax(lg, tk))
-        ctx.save_for_backward(logits, tokens)  # references, no copies
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        logits, tokens = ctx.saved_tensors
-        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)  # (..., T, V), the only big one
-        for lg, tk, g, gl in chunks(logits, tokens, grad_out, grad):
-            go = g.unsqueeze(-1)  # (r, t, 1)
-            torch.softmax(lg, dim=-1, out=gl).mul_(-go)  # -g * softmax, written in place
-            gl.scatter_add_(-1, tk.unsqueeze(-1), go)  # + g at the picked token
-        return grad, None
-
-
-def fused_token_logprobs(logits, tokens):
-    """Forward as fast as log_softmax, backward writes the gradient once; nothing logits-sized is saved."""
-    return _TokenLogprobs.apply(logits, tokens)
-
-
 PROTOTYPES = {
     "proto: logsumexp, 2 MB chunks": small_chunk_logsumexp,
     "proto: chunked log_softmax+gather": chunked_log_softmax,
-    "proto: autograd.Function (fused)": fused_token_logprobs,
+    "proto: autograd.Function (fused)": proposed_token_logprobs.token_logprobs,
 }

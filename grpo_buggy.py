@@ -232,14 +232,9 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
 # ----------------------------------------------------------------------------------------------
 # Log-probs, KL, advantages over a batch
 
-LOGSUMEXP_CHUNK = 1 << 22
-"""elements of logits reduced per logsumexp call: big batches go row-chunk by row-chunk, so no
-second logits-sized tensor is ever alive (the idea of TRL's selective_log_softmax)"""
-
-
 def token_logprobs(logits, tokens):
-    """log pi(token_t) = logits[t, token_t] - logsumexp_v logits[t, v]; logits (..., T, V) aligned
-    to tokens (..., T) -> (..., T)."""
+    """log pi(token_t) = logits[t, token_t] - logsumexp_v logits[t, v] = log_softmax(logits)[t, token_t];
+    logits (..., T, V) aligned to tokens (..., T) -> (..., T)."""
     probs = torch.softmax(logits, dim=-1)  # (..., T, V)
     return torch.log(probs).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 

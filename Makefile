@@ -1,12 +1,12 @@
 # make lab   : set up .venv if needed, open JupyterLab on notebooks/
-# make test  : ruff, the test suite, and nbval on every notebook
+# make test  : ruff, the test suite (browser tests skip without Debian's chromium), and nbval on every notebook
 # make bench : speed of token_logprobs against public implementations, and of the default CLI run
 
 PY := .venv/bin/python
 STAMP := .venv/.installed
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: venv lab test test-fast notebooks bench clean
+.PHONY: venv lab test test-fast test-browser notebooks bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -20,11 +20,16 @@ lab: venv
 
 test: venv
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n 2 tests
+	$(PY) -m pytest -n 2 tests -m "not browser"
+	$(PY) -m pytest -p no:xdist tests/browser
 	$(PY) -m pytest $(NBVAL) notebooks
 
 test-fast: venv
 	$(PY) -m pytest -n 2 tests -m "not slow and not browser"
+
+# JupyterLab in Debian's Chromium (apt-get install chromium): run all cells, move a slider, time the redraw.
+test-browser: venv
+	$(PY) -m pytest -p no:xdist -s tests/browser
 
 # Re-execute every notebook in place (do this after any change to the twins), then commit.
 # The per-cell timeout bounds nbclient's known intermittent stall on widget cells (jupyter/nbclient#312):

@@ -45,7 +45,10 @@ NOTEBOOKS = ROOT / "notebooks"
 NOTEBOOK_NAMES = [p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-REDRAW_BUDGET_S = float(os.environ.get("REDRAW_BUDGET_S", "1.0"))
+# A functional bound (the figure does redraw, promptly), not a speed target: timed tests flake on a
+# busy machine. The sub-second redraw target is measured by `make bench` (bench/notebook_bench.py);
+# set REDRAW_BUDGET_S=1 to hold a quiet machine to it here too.
+REDRAW_BUDGET_S = float(os.environ.get("REDRAW_BUDGET_S", "5.0"))
 RUN_ALL_TIMEOUT_S = 300
 SERVER_START_TIMEOUT_S = 90
 

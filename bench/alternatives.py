@@ -1,4 +1,5 @@
-"""Prototypes of faster token_logprobs variants, benchmarked beside grpo_fixed.token_logprobs.
+"""Variants of token_logprobs benchmarked beside grpo_fixed.token_logprobs (which is now the fused
+autograd.Function these experiments led to).
 
 Why they can be faster on CPU (torch 2.13): torch.logsumexp is a composite op, amax, then
 (x - max) into a new tensor, exp_ (the accurate Sleef exp), sum, log: about four reads and two
@@ -8,14 +9,14 @@ a faster exp, one write), about twice as fast per element. Its autograd node, ho
 
 - chunked_log_softmax: log_softmax + gather chunk by chunk. Fast and lean under no_grad (old and
   reference log-probs); under autograd the chunks' outputs are kept: a logits-sized tensor in total.
-- proposed_token_logprobs.token_logprobs: a torch.autograd.Function. Forward = chunked log_softmax +
-  gather, saving only (logits, tokens). Backward = g * (onehot(token) - softmax(logits)), chunk by
-  chunk, written into the one (..., T, V) gradient tensor that any implementation must return.
+- grpo_fixed.token_logprobs (ours, adopted from these prototypes): a torch.autograd.Function. Forward =
+  chunked log_softmax + gather, saving only (logits, tokens). Backward = g * (onehot(token) -
+  softmax(logits)), chunk by chunk, written into the one (..., T, V) gradient tensor any implementation
+  must return.
 """
 
 from __future__ import annotations
 
-import proposed_token_logprobs
 import torch
 
 CHUNK_ELEMENTS = 1 << 19
@@ -47,8 +48,8 @@ def _picked_log_softmax(logits_chunk, tokens_chunk):
 
 
 def small_chunk_logsumexp(logits, tokens):
-    """grpo_fixed's algorithm (picked - logsumexp) with L2-sized chunks that also split along T: the
-    minimal change. Separates the cost of big temporaries from the cost of logsumexp itself."""
+    """grpo_fixed's earlier algorithm (picked - logsumexp) with L2-sized chunks that also split along T.
+    Separates the cost of big temporaries from the cost of logsumexp itself."""
     picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (..., T)
     lse = torch.cat([lg.logsumexp(dim=-1).flatten() for (lg,) in chunks(logits)])  # (R*T,)
     return picked - lse.view(picked.shape)
@@ -62,5 +63,4 @@ def chunked_log_softmax(logits, tokens):
 PROTOTYPES = {
     "proto: logsumexp, 2 MB chunks": small_chunk_logsumexp,
     "proto: chunked log_softmax+gather": chunked_log_softmax,
-    "proto: autograd.Function (fused)": proposed_token_logprobs.token_logprobs,
 }

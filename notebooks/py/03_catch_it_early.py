@@ -349,8 +349,10 @@ print(f"max clip fraction, whole run: buggy {max(max(s['clip_frac_pos'], s['clip
 # %% [markdown]
 # What to read off it:
 #
-# * `logprob_gap` of the fixed twin never exceeds $5\cdot10^{-7}$ (float32 rounding); the buggy twin's
-#   never drops below 0.17. The $10^{-4}$ threshold sits more than two orders of magnitude from both.
+# * `logprob_gap` of the fixed twin is exactly 0 over the whole run (printed `0.00e+00`: the sampler and
+#   the training pass agree to the last bit here; two different code paths may differ by float32 rounding,
+#   of order $10^{-7}$); the buggy twin's never drops below 0.17. The $10^{-4}$ threshold sits more than
+#   three orders of magnitude below the buggy twin's gap and far above rounding.
 # * `ratio_last_maxdev` is exactly 0 for the buggy twin (B3): the ratio never moves, the clip never
 #   engages, and `clip_frac_pos`/`clip_frac_neg` are flat at 0, which looks "healthy" to a check that
 #   only asks for *less than* 0.3. A zero clip fraction over a whole run is itself suspicious.

@@ -459,31 +459,6 @@ def length_drift(weighting, *, steps=60, lr=2.0, start=1.0, max_length=32):
 # Figures
 
 
-_FIGURES_ON = [True]
-
-
-class figures_off:
-    """Inside `with figures_off():` show_figure closes figures instead of displaying them, so a check
-    cell can drive a slider for its numbers without a figure output (nbval routes widget output into
-    the cell, nbconvert into the widget)."""
-
-    def __enter__(self):
-        _FIGURES_ON.append(False)
-
-    def __exit__(self, *exc):
-        _FIGURES_ON.pop()
-
-
-def show_figure(fig):
-    """plt.show() the figure, or close it inside figures_off()."""
-    import matplotlib.pyplot as plt
-
-    if _FIGURES_ON[-1]:
-        plt.show()
-    else:
-        plt.close(fig)
-
-
 def draw_baseline_per_prompt(ax, value, stats, color, label):
     """Per prompt: mean baseline +- its std against the exact value V(x); the diagonal is b = V(x)."""
     ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, zorder=0)

@@ -233,7 +233,7 @@ def draw(G=8):
         ax.legend(fontsize="small", loc="upper left")
         ax.text(0.98, 0.03, f"MSE {s[name]['mse']:.4f}\nbias^2 {s[name]['bias2']:.4f}", ha="right",
                 transform=ax.transAxes, fontsize="small")
-    C.show_figure(fig)
+    plt.show()
     return {n: (s[n]["mse"], s[n]["bias2"]) for n in ("B9 wrong axis", "group mean", "critic")}
 
 
@@ -243,10 +243,9 @@ w = live_figure(draw, height="400px", G=slider(8, 2, 32, 1, "G", integer=True))
 display(w)
 
 # %%
-with C.figures_off():  # numbers only: the figure of a live session stays in the widget above
-    for G in (4, 16, 8):
-        result = set_value(w, "G", G)
-        print(f"G={G:2d}: " + ", ".join(f"{n} MSE {m:.4f} (bias^2 {b:.4f})" for n, (m, b) in result.items()))
+for G in (4, 16, 8):  # set_value runs draw for its numbers; the redrawn figure is not displayed
+    result = set_value(w, "G", G)
+    print(f"G={G:2d}: " + ", ".join(f"{n} MSE {m:.4f} (bias^2 {b:.4f})" for n, (m, b) in result.items()))
 
 # %% [markdown]
 # All baselines against $G$ (solid: MSE; dashed: the bias$^2$ part of critic, B9 and no-reset).

@@ -515,9 +515,9 @@ plt.show()
 # %% [markdown]
 # **Log symptom.** A `-inf` log-prob makes the ratio and the loss non-finite: `nonfinite_steps > 0`, a `kl`
 # of inf. **Regime.** Our tiny policy never gets that confident in a short run: the B7 run in section 13 has
-# no non-finite step and the fixed run's reward. It bites with large logits (long training, big vocabularies)
-# and much sooner in half precision (float16 from a gap of 18). **Caught by** preflight *token log-probs
-# finite for large logits*.
+# no non-finite step and ends within noise of the fixed run (0.686 vs 0.679). It bites with large logits
+# (long training, big vocabularies) and much sooner in half precision (float16 from a gap of 18). **Caught
+# by** preflight *token log-probs finite for large logits*.
 #
 # > **You should know.** Never take `log` of a probability you computed; use `log_softmax` or
 # > `logits - logsumexp`, which are exact for any logit magnitude.
@@ -718,9 +718,9 @@ plt.show()
 # %% [markdown]
 # **Log symptom.** `grad_norm` is logged *before* clipping in both twins, so it looks the same; the difference
 # is in what the optimizer receives. With Adam (which divides each step by a running gradient scale) and a
-# pre-clip norm above 1 in only a few iterations (section 13 counts them for the fixed run), B11's run matches
-# the fixed one here; notebook 04 shows the spikes where clipping matters. **Caught by** preflight *gradients clipped to
-# max_grad_norm*.
+# pre-clip norm above 1 in only a few iterations (section 13 counts them for the fixed run), B11's run ends
+# level with the fixed one here (0.680 vs 0.679); notebook 04 shows the spikes where clipping matters.
+# **Caught by** preflight *gradients clipped to max_grad_norm*.
 #
 # > **You should know.** Clipping caps the size of one update when a rare batch (huge advantages, a near-zero
 # > old probability) produces a huge gradient; it is a guard, not a regulariser.
@@ -775,16 +775,17 @@ plt.show()
 
 # %% [markdown]
 # What the table shows (one seed, one short run, so treat gaps of a few hundredths as noise):
-# - **The fixed trainer clearly learns at this size**: from 0.135 at iteration 0 to a final 0.686, still rising
+# - **The fixed trainer clearly learns at this size**: from 0.135 at iteration 0 to a final 0.679, still rising
 #   at iteration 30. The fully buggy trainer ends at 0.085, below where the fixed run started.
 # - **Single bugs that cost reward here**: B1 (0.363), B4 (0.448), B6 (0.472), B2 (0.473, with 52 of its 120
 #   inner steps skipped for a NaN loss) and B3 (0.539). B10 (0.599) and B8 (0.665) cost less; one seed cannot
 #   say how much of those two gaps is noise.
-# - **Bugs invisible in the reward here**: B5, B7 and B9 end at 0.686 like the fixed run, B11 at 0.684. B9's
-#   run is *identical* to the fixed one because $B = G = 8$ (section 10). B5 and B7 never meet a non-finite
-#   value in this trainer (0 skipped steps). The fixed run's pre-clip gradient norm exceeded 1 in only 3 of 30
-#   iterations, so clipping (B11) rarely acts. Their regimes: the tiny inputs of sections 6, 8 and 10 here,
-#   notebook 02 (the ratio: B3, B10) and notebook 04 (KL penalty B8, gradient clipping B11).
+# - **Bugs invisible in the reward here**: B5 and B9 end at 0.679 like the fixed run, B11 at 0.680 and B7 at
+#   0.686 (a hair above the fixed run: noise). B9's run is *identical* to the fixed one because $B = G = 8$
+#   (section 10). B5 and B7 never meet a non-finite value in this trainer (0 skipped steps). The fixed run's
+#   pre-clip gradient norm exceeded 1 in only 2 of 30 iterations, so clipping (B11) rarely acts. Their
+#   regimes: the tiny inputs of sections 6, 8 and 10 here, notebook 02 (the ratio: B3, B10) and notebook 04
+#   (KL penalty B8, gradient clipping B11).
 # - **How each bug is caught**: B3, B6 and B10 fail a health check from iteration 0 and no preflight probe;
 #   B2 fails *advantages finite* from iteration 9 (its first constant group) and a probe; B1, B4, B5, B7, B8
 #   and B11 fail no health check here, only their preflight probe (section 1.3). B9 at $B = G$ is caught by

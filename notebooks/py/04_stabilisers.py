@@ -362,8 +362,8 @@ plt.close("all")
 
 # %% [markdown]
 # β = 0.5 holds the policy to an exact KL of 0.294 nats per token and pays for it: reward 0.368 against
-# 0.610 to 0.686 for the small βs. β = 0.1 cuts the KL from 1.408 (β = 0) to 0.987 at a similar reward.
-# Between 0 and 0.02 (reward 0.610 vs 0.686, KL 1.408 vs 1.323) this is one seed of 30 iterations: do
+# 0.610 to 0.679 for the small βs. β = 0.1 cuts the KL from 1.408 (β = 0) to 0.987 at a similar reward.
+# Between 0 and 0.02 (reward 0.610 vs 0.679, KL 1.408 vs 1.263) this is one seed of 30 iterations: do
 # not read much into it. On this easy task the penalty's job is to limit drift, not to help the reward.
 #
 # ### 2d. A flipped sign
@@ -426,8 +426,8 @@ plt.show()
 
 # %% [markdown]
 # KL(π ‖ π_old) is exactly 0 at the first inner step of every iteration (π *is* π_old there) and
-# averages 0.0472 at the last inner step before it is reset, while KL(π ‖ π_ref) accumulates the drift
-# of all iterations: 0.0000 at the first step, 0.6815 by iteration 10, 0.9252 by iteration 29 (the
+# averages 0.0353 at the last inner step before it is reset, while KL(π ‖ π_ref) accumulates the drift
+# of all iterations: 0.0000 at the first step, 0.6815 by iteration 10, 0.8753 by iteration 29 (the
 # trace is noisy: it is k3 on one minibatch). A penalty on KL to π_old would also have zero
 # *gradient* at the first inner step (k3's gradient is 1 − r = 0 at r = 1), and it can never see the
 # sum of many small, individually acceptable steps. That accumulated drift, away from the model you
@@ -435,7 +435,7 @@ plt.show()
 #
 # > **You should know.**
 # > - β trades reward for staying close: here β = 0.5 capped exact KL at 0.294 nats/token and cost
-# >   0.24 to 0.32 reward against β ≤ 0.02 in 30 iterations.
+# >   0.24 to 0.31 reward against β ≤ 0.02 in 30 iterations.
 # > - A flipped sign does not crash anything: KL rises faster than with no penalty, entropy collapses,
 # >   reward falls. Compare against a β = 0 run to see it.
 # > - The ratio clip bounds one iteration's step against π_old; the KL anchor bounds the total drift
@@ -514,9 +514,12 @@ for label in ("100", "1"):
 plt.close("all")
 
 # %% [markdown]
-# With normalisation the three runs are identical to three decimals (0.686, exact KL 1.323): the
-# trainer does not know what units the reward is in. Without it, s = 0.01 never leaves the starting
-# reward (0.142, exact KL 0.002: the effective β is 0.02/0.01 = 2, a hundred times that of the s = 1
+# With normalisation the three runs end close together: s = 0.01 and s = 100 coincide to three decimals
+# (0.686, exact KL 1.323) and s = 1 ends at 0.679 (exact KL 1.263). The normalised advantages are the
+# same up to ε and float rounding (the normalised gradient norms above agree to five digits), but a
+# last-digit difference can flip one sampled token, after which the runs are two different random draws:
+# a seed-level spread, not an effect of the units. Without normalisation, s = 0.01 never leaves the
+# starting reward (0.142, exact KL 0.002: the effective β is 0.02/0.01 = 2, a hundred times that of the s = 1
 # run, and it pins the policy to the reference harder than β = 0.5 did), and s = 100 behaves like
 # β ≈ 0 (exact KL 1.382, close to the β = 0 run's 1.408). Normalisation also bounds the advantages:
 # in a group of G the largest possible |A_i| is √(G−1) (one success among G−1 failures), 2.6458 for
@@ -571,7 +574,7 @@ plt.show()
 # > **You should know.**
 # > - Without normalisation the gradient is proportional to the reward scale (×100 for s = 100 above).
 # >   Adam hides most of that, but not the balance with β·KL: without normalisation the effective β
-# >   is β/s. Normalise, and the run is identical whatever the reward's units.
+# >   is β/s. Normalise, and the reward's units drop out (up to rounding: 0.686, 0.679, 0.686 above).
 # > - Normalisation bounds |A| by √(G−1); an outlier reward cannot produce an outlier advantage.
 # > - The ε is not just a NaN guard: it decides what difference counts as signal. Without it, rounding
 # >   noise in a constant group becomes a ±1.15 advantage; with it, differences ≪ ε give A ≈ 0.
@@ -598,7 +601,7 @@ print(f"inner steps {len(norms)}, median pre-clip norm {sorted(norms)[len(norms)
       f"max {max(norms):.3f}, fraction above max_grad_norm = 1: {sum(n > 1 for n in norms) / len(norms):.3f}")
 
 # %% [markdown]
-# Clipping acts on 2.5% of the steps (3 of 120) and shrinks each of them by at most a factor 1.4:
+# Clipping acts on 1.7% of the steps (2 of 120) and shrinks each of them by at most a factor 1.225:
 # B11 (no clipping) can barely change this run. The bug needs gradient spikes to bite.
 #
 # **Where it does.** Take away the normalisation (A = r − mean) and let the reward model glitch: with
@@ -705,7 +708,7 @@ for label, m in moves.items():
 # <tr>
 # <td>KL to frozen π_ref, β (§2)</td>
 # <td>cumulative drift over many iterations, which KL to π_old cannot see (it restarts at 0 every rollout)</td>
-# <td>reward (0.368 at β = 0.5 vs 0.686 at 0.02 in 30 iterations); a reference forward pass per batch;
+# <td>reward (0.368 at β = 0.5 vs 0.679 at 0.02 in 30 iterations); a reference forward pass per batch;
 # β to tune; k3's gradient is ∇KL(π_ref ‖ π)</td>
 # </tr>
 # <tr>
@@ -756,7 +759,8 @@ for label, m in moves.items():
 #
 # The raw gradient is 100× larger, but Adam divides by its running RMS, so the step size barely changes.
 # What changes is the balance with the KL term: the effective β is 100× smaller (here the s = 100 run
-# behaved like β ≈ 0). With normalisation nothing changes at all.
+# behaved like β ≈ 0). With normalisation the scale cancels: the three normalised runs differ only by
+# seed-level noise (0.686, 0.679, 0.686).
 # </details>
 #
 # 5. Why log the pre-clip gradient norm rather than the post-clip one?

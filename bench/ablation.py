@@ -1,7 +1,8 @@
 """Final reward of the fixed twin, the buggy twin and every single-bug hybrid over seeds 0, 1, 2,
-default settings (the README's ablation table). About 2 minutes on a quiet 2-core CPU.
+default settings (the README's ablation table), then both twins on the extra toy tasks of
+workbook/tasks.py. About 3 minutes on a quiet 2-core CPU.
 
-    .venv/bin/python bench/ablation.py [--seeds 0 1 2]
+    .venv/bin/python bench/ablation.py [--seeds 0 1 2] [--no-tasks]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import grpo_buggy
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from workbook.catalog import BUG_IDS, hybrid
+from workbook.tasks import TASKS
 
 
 def final_reward(history):
@@ -26,16 +28,26 @@ def final_reward(history):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--no-tasks", action="store_true", help="skip the extra toy tasks")
     args = parser.parse_args()
     logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids fail health checks by design
     runs = {"fixed": grpo_fixed, "buggy": grpo_buggy} | {b: hybrid(b) for b in BUG_IDS}
-    print(f"{'run':6s} " + " ".join(f"seed {s}" for s in args.seeds) + "   non-finite losses", flush=True)
+    print(f"{'run':14s} " + " ".join(f"seed {s}" for s in args.seeds) + "   non-finite losses", flush=True)
     for name, module in runs.items():
-        start = time.perf_counter()
-        histories = [module.train(seed=s) for s in args.seeds]
-        rewards = " ".join(f"{final_reward(h):6.3f}" for h in histories)
-        nan = "/".join(str(sum(not math.isfinite(s["loss"]) for s in h)) for h in histories)
-        print(f"{name:6s} {rewards}   {nan:10s} ({time.perf_counter() - start:.1f} s)", flush=True)
+        report(name, module, None, args.seeds)
+    if not args.no_tasks:
+        for task_name, task_cls in TASKS.items():
+            for name, module in {"fixed": grpo_fixed, "buggy": grpo_buggy}.items():
+                report(f"{task_name}/{name}", module, task_cls(), args.seeds)
+
+
+def report(name, module, task, seeds):
+    """Train `module` on `task` for each seed with default settings; print one table row."""
+    start = time.perf_counter()
+    histories = [module.train(task, seed=s) for s in seeds]
+    rewards = " ".join(f"{final_reward(h):6.3f}" for h in histories)
+    nan = "/".join(str(sum(not math.isfinite(s["loss"]) for s in h)) for h in histories)
+    print(f"{name:14s} {rewards}   {nan:10s} ({time.perf_counter() - start:.1f} s)", flush=True)
 
 
 if __name__ == "__main__":

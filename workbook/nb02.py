@@ -9,6 +9,7 @@ the update pushes it: A > 0 and rho > 1 + eps, or A < 0 and rho < 1 - eps (its s
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +22,7 @@ SMALL = dict(prompts_per_batch=8, group_size=8)
 """B = 8 prompts x G = 8 samples = 64 sequences per rollout batch"""
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: a cache key for the traces replayed from it
 class Snapshot:
     """One moment of a run: the policy and Adam state just before an update, and the rollout batch."""
 
@@ -88,26 +89,46 @@ def clipped(ratio, token_adv, clip) -> torch.Tensor:
     return ((token_adv > 0) & (ratio > 1 + clip)) | ((token_adv < 0) & (ratio < 1 - clip))
 
 
+class _TraceRun:
+    """A replay of full-batch inner steps from the snapshot that can be extended: step k's numbers never
+    depend on how many steps follow, so a longer trace starts with the shorter one."""
+
+    def __init__(self, module, snap: Snapshot, lr: float, clip: float):
+        self.module, self.batch, self.clip = module, snap.batch, clip
+        self.cfg = module.make_config(**SMALL, inner_epochs=1, minibatches=1, lr=lr, clip=clip)
+        self.policy, self.optimizer = restore(snap, lr=lr)
+        self.generator = torch.Generator().manual_seed(0)
+        self.token_adv = token_advantages(snap.batch)  # (n_tokens,)
+        self.ratios, self.loss_ratios, self.clipped_by_loss, self.outside = [], [], [], []
+
+    def extend(self, steps: int) -> dict:
+        """Run the missing inner steps, then -> the first `steps` of them (fresh lists, shared tensors)."""
+        while len(self.ratios) < steps:
+            ratio = true_ratio(self.module, self.policy, self.batch, self.cfg.temperature)  # (n_tokens,)
+            record = self.module.update_policy(self.policy, self.optimizer, self.batch, self.cfg, self.generator)[0]
+            self.ratios.append(ratio)
+            self.loss_ratios.append(record["ratio"])
+            self.clipped_by_loss.append((record["clipped_pos"] + record["clipped_neg"]) / ratio.numel())
+            self.outside.append(clipped(ratio, self.token_adv, self.clip).float().mean().item())
+        return dict(ratio=self.ratios[:steps], loss_ratio=self.loss_ratios[:steps],
+                    clipped=self.clipped_by_loss[:steps], outside=self.outside[:steps], token_adv=self.token_adv)
+
+
+@functools.lru_cache(maxsize=32)
+def _trace_run(module, snap: Snapshot, lr: float, clip: float) -> _TraceRun:
+    """One extendable replay per (module, snapshot, lr, clip): slider moves on 'inner steps' reuse it."""
+    return _TraceRun(module, snap, lr, clip)
+
+
 def inner_trace(module, snap: Snapshot, steps: int, lr: float, clip: float) -> dict:
     """`steps` full-batch inner steps of module.update_policy (inner_epochs=1, minibatches=1 per call,
     Adam state carried over, so it equals one call with inner_epochs=steps) from the snapshot.
 
     Per step k (before its update): the true ratio pi_k / pi_old, the ratio the loss used, and the
-    fraction of tokens clipped by the loss vs outside the window on the pushing side.
+    fraction of tokens clipped by the loss vs outside the window on the pushing side. Cached: the same
+    (module, snapshot, lr, clip) replays once, and a longer trace extends the shorter one.
     """
-    cfg = module.make_config(**SMALL, inner_epochs=1, minibatches=1, lr=lr, clip=clip)
-    policy, optimizer = restore(snap, lr=lr)
-    generator = torch.Generator().manual_seed(0)
-    token_adv = token_advantages(snap.batch)  # (n_tokens,)
-    ratios, loss_ratios, clipped_by_loss, outside = [], [], [], []
-    for _ in range(steps):
-        ratio = true_ratio(module, policy, snap.batch, cfg.temperature)  # (n_tokens,)
-        record = module.update_policy(policy, optimizer, snap.batch, cfg, generator)[0]
-        ratios.append(ratio)
-        loss_ratios.append(record["ratio"])
-        clipped_by_loss.append((record["clipped_pos"] + record["clipped_neg"]) / ratio.numel())
-        outside.append(clipped(ratio, token_adv, clip).float().mean().item())
-    return dict(ratio=ratios, loss_ratio=loss_ratios, clipped=clipped_by_loss, outside=outside, token_adv=token_adv)
+    return _trace_run(module, snap, float(lr), float(clip)).extend(steps)
 
 
 def sign_means(ratio, token_adv) -> tuple[float, float]:
@@ -132,22 +153,23 @@ def draw_trace(ax, trace: dict, clip: float, color: str) -> int | None:
     ax.plot(ks, [r.mean().item() for r in trace["loss_ratio"]], ":", color="k", label="mean ratio the loss sees")
     for edge in (1 - clip, 1 + clip):
         ax.axhline(edge, color="grey", ls="--", lw=0.8)
-    ax.set_ylim(0.05, 20)
-    ax.set_yticks([0.1, 0.5, 1, 2, 10], ["0.1", "0.5", "1", "2", "10"])
+    ax.set_ylim(0.005, 40)
+    ax.set_yticks([0.01, 0.1, 0.5, 1, 2, 10], ["0.01", "0.1", "0.5", "1", "2", "10"])
+    ax.minorticks_off()  # fewer ticks to lay out: the redraw stays fast
     ax.set_xlabel("inner step k (full batch)")
     bars = ax.twinx()
     bars.bar(ks, trace["clipped"], width=0.6, color=color, alpha=0.45, label="clipped by the loss")
     missed = [max(0.0, o - c) for o, c in zip(trace["outside"], trace["clipped"], strict=True)]
     bars.bar(ks, missed, bottom=trace["clipped"], width=0.6, fill=False, hatch="//", edgecolor=color,
              label="outside window, not clipped")
-    bars.set_ylim(0, 2.0)
+    bars.set_ylim(0, 3.0)  # bars in the bottom tenth, below the ratio lines
     bars.set_yticks([0, 0.25, 0.5])
     first = next((k for k, c in enumerate(trace["clipped"]) if c > 0), None)
     if first is not None:
         ax.axvline(first, color=color, lw=1.5)
-        ax.text(first + 0.1, 14, f"clipping engages at k={first}", color=color, fontsize="small", va="top")
+        ax.text(first + 0.1, 30, f"clipping engages at k={first}", color=color, fontsize="small", va="top")
     else:
-        ax.text(0.1, 14, "clipping never engages", color=color, fontsize="small", va="top")
+        ax.text(0.1, 30, "clipping never engages", color=color, fontsize="small", va="top")
     return first, bars
 
 
@@ -213,6 +235,7 @@ def draw_histograms(trace: dict, steps, clip: float):
             ax.axvline(edge, color="k", ls="--", lw=0.8)
         ax.set_xscale("log")
         ax.set_xticks([0.2, 0.5, 1, 2, 5], ["0.2", "0.5", "1", "2", "5"])
+        ax.minorticks_off()  # no overlapping minor-tick labels on the log axis
         frac = clipped(trace["ratio"][k], adv, clip).float().mean().item()
         ax.set_title(f"inner step k={k}: {frac:.0%} clipped", fontsize="medium")
         ax.set_xlabel("ratio pi_k / pi_old")

@@ -102,11 +102,11 @@ print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  
 # - **Step 0** is the only on-policy step: `max|rho-1|` is 0 to the last bit (same weights, same
 #   inputs, same code path, so the same floats).
 # - **Step 1** is minibatch 1 of epoch 0. Those 32 sequences were never trained on, yet the ratio is
-#   already off by up to 0.35 (and one A<0 token is clipped): the step on minibatch 0 moved the *shared*
+#   already off by up to 0.14 (no token clipped yet): the step on minibatch 0 moved the *shared*
 #   weights, and every sequence's log-prob moved with them. "Not 1 on the first pass" is therefore
 #   expected as soon as there is more than one minibatch.
-# - **Steps 2-3** (epoch 1) see a policy two and three updates away: max |ρ − 1| 0.57 and 0.59, and
-#   9 then 17 tokens clipped.
+# - **Steps 2-3** (epoch 1) see a policy two and three updates away: max |ρ − 1| 0.48 and 1.57, and
+#   5 then 13 tokens clipped.
 #
 # This is why GRPO/PPO as implemented is *not strictly on-policy*: one rollout batch feeds several
 # optimizer steps, and only the first of them evaluates the policy that generated the data. The ratio
@@ -161,12 +161,14 @@ same = max((a.sort().values - b.sort().values).abs().max().item()  # the loss's 
 print(f"\n(the eval-mode ratio we measure equals the one the loss used, to {same:.1e}: no dropout here)")
 
 # %% [markdown]
-# The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0085 after one step,
-# 1.0628 at k = 7), below 1 for A < 0 (0.9643, then 0.8164), and mean $A\log\rho$ positive and
-# growing (+0.0187 to +0.1343). Token by token it holds for only 56-67% of the tokens (the
+# The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0206 after one step,
+# 1.1282 at k = 7), below 1 for A < 0 (0.9811, then 0.8336), and mean $A\log\rho$ positive and
+# growing (+0.0160 to +0.1241). Token by token it holds for only 59-71% of the tokens (the
 # `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the sharing reasons above.
 #
-# Note the asymmetry: A < 0 tokens fall further below 1 than A > 0 tokens rise above it. A token's
+# Note the asymmetry that builds up: after one step the two means are about equally far from 1 (+0.0206
+# against −0.0189), but from k = 2 on A < 0 tokens fall further below 1 than A > 0 tokens rise above it
+# (at k = 7: −0.1664 against +0.1282). A token's
 # ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), and mid-run the A > 0
 # tokens are already likely:
 
@@ -183,7 +185,7 @@ fig.suptitle("grpo_fixed: ratio pi_k / pi_old by sign of A (dashed: clip window 
 plt.show()
 
 # %% [markdown]
-# The A > 0 tokens have mean $\pi_\text{old}$ 0.728 against 0.536 for A < 0, and 49% of them have
+# The A > 0 tokens have mean $\pi_\text{old}$ 0.702 against 0.516 for A < 0, and 43% of them have
 # $\pi_\text{old} > 1/1.2$: their ratio can *never* reach $1+\epsilon = 1.2$, so they can never be clipped.
 # The A < 0 tokens have no floor but 0, which is where the long left tail of the histograms comes from.
 
@@ -259,11 +261,11 @@ with figures_not_shown():  # the redraw runs; nbval cannot route widget output, 
 #   2 inner steps at that lr never clips at all. The more inner steps and the larger the lr, the
 #   earlier and the more.
 # - **B3: never.** The loss sees a ratio of 1 at every step (dotted line), while the true ratio at the
-#   last default step spans [0.030, 6.751], against [0.163, 2.991] for the fixed twin (at lr = 1e-3:
-#   [0.261, 2.243] against [0.389, 1.817]). Without a live clip, nothing stops tokens that already
+#   last default step spans [0.014, 20.989], against [0.258, 2.831] for the fixed twin (at lr = 1e-3:
+#   [0.228, 6.431] against [0.450, 2.489]). Without a live clip, nothing stops tokens that already
 #   moved from being pushed further.
 # - **Clipping is not a hard constraint.** Even in the fixed twin a similar fraction of tokens ends up
-#   outside the window at the last step (0.237 against 0.272 for B3 at the defaults). A clipped token
+#   outside the window at the last step (0.237 against 0.293 for B3 at the defaults). A clipped token
 #   loses *its own* surrogate gradient, but the weights are shared, so the other tokens' gradients
 #   still move it. What clipping removes is the incentive, which shows in the tails (min / max), not
 #   in every token.
@@ -325,8 +327,8 @@ for name, (module, overrides) in variants.items():
 # The B10 and B6 rows are the lesson: **a ratio of exactly 1 at step 0 proves consistency, not
 # correctness.** In these twins the old log-probs are recomputed by the trainer, so both sides of the
 # ratio carry the same mistake; in a pipeline whose old log-probs come from the sampler, the same bugs
-# show up directly as `rho0 sampler` ≠ 0 (1.27 for B10, 30.1 for B6). B10 is harmless at T = 1
-# (last-but-one row: gap 4.77e-07, float round-off, the same as the fixed row).
+# show up directly as `rho0 sampler` ≠ 0 (1.27 for B10, 24.1 for B6). B10 is harmless at T = 1
+# (last-but-one row: gap 0.00e+00, the same as the fixed row).
 
 # %% [markdown]
 # ### 5a. Dropout: ratio ≠ 1 without any learning
@@ -351,7 +353,7 @@ for p in (0.0, 0.1, 0.3):
 
 # %% [markdown]
 # With lr = 0 the eval-mode ratio is exactly 1, the train-mode one is not: with dropout 0.1 it ranges
-# over [0.528, 2.282] and the loss clips 17 of 426 tokens on pure noise (24 at dropout 0.3).
+# over [0.535, 2.104] and the loss clips 22 of 440 tokens on pure noise (42 at dropout 0.3).
 # Fixes: turn dropout off for RL fine-tuning (TRL's `GRPOConfig` has a `disable_dropout` option for
 # this), or compute the old and the new log-probs in the same mode.
 
@@ -376,7 +378,7 @@ print(f"expected ratio under sampling, E_pT[p1/pT] = sum p1 = {(p_T * p_1 / p_T)
 # ratio < 1, the unlikely ones ratio > 1. The mean ratio under sampling is exactly 1 (an importance
 # weight always averages to 1), but the mean log-ratio is negative (−0.0183 here, it is
 # $-\text{KL}(p_T \| p_1)$): a systematic bias, not noise. On the snapshot's batch the B10 row above
-# shows a gap of 0.92 nats between trainer and sampler.
+# shows a gap of 0.96 nats between trainer and sampler.
 
 # %% [markdown]
 # ### 5c. Shift misalignment (B6): which logit scores which token
@@ -395,7 +397,7 @@ for t in range(T):
 # %% [markdown]
 # B6 asks "how likely is the *next* token to equal this one?": a different quantity, consistent between
 # old and new log-probs (ratio 1 at step 0 in the table) but far from what the sampler drew (the B6 row's
-# gap, 3.44 nats, is the largest). Worse, the gradient then trains that wrong conditional.
+# gap, 3.22 nats, is the largest). Worse, the gradient then trains that wrong conditional.
 #
 # > **You should know.** Print two things before trusting any ratio: `ratio_first_maxdev` (must be 0:
 # > catches dropout/train-mode and any old-vs-new code-path difference) and `logprob_gap` between the
@@ -505,7 +507,7 @@ ax.set_title("EchoTask reward, seed 0 (5-iteration moving mean)", fontsize="medi
 plt.show()
 
 # %% [markdown]
-# It still learns here (reward 0.729 over the last 10 iterations, against 0.833 with `exp`, on this
+# It still learns here (reward 0.729 over the last 10 iterations, against 0.847 with `exp`, on this
 # one seed): the A > 0 tokens get exactly the policy-gradient push they get with `exp`, so
 # the model does "reinforce the above-average samples" and ignores the below-average ones. What is
 # lost: the A < 0 signal, the importance weighting on later inner steps, and a trust region in the

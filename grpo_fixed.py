@@ -474,7 +474,7 @@ def summarize_inner_steps(records):
 
 
 # ----------------------------------------------------------------------------------------------
-# Health checks (seed 000, follow-up 3): each returns a message when the statistic is unhealthy.
+# Health checks (seed 000, follow-up 3): predicates on one iteration's stats, True when healthy.
 
 
 HEALTH_CHECKS = {

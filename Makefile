@@ -15,8 +15,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# JupyterLab refuses to run as root unless told; containers often are root.
 lab: venv
-	$(PY) -m jupyter lab --ServerApp.root_dir=notebooks
+	$(PY) -m jupyter lab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 test: venv
 	$(PY) -m ruff check .

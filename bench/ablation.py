@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import time
 
 import grpo_buggy
@@ -17,12 +16,6 @@ import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from workbook.catalog import BUG_IDS, hybrid
 from workbook.tasks import TASKS
-
-
-def final_reward(history):
-    """Mean reward over the last 10 iterations (as the CLI's final_reward)."""
-    last = history[-10:]
-    return sum(s["reward"] for s in last) / len(last)
 
 
 def main():
@@ -44,9 +37,9 @@ def main():
 def report(name, module, task, seeds):
     """Train `module` on `task` for each seed with default settings; print one table row."""
     start = time.perf_counter()
-    histories = [module.train(task, seed=s) for s in seeds]
-    rewards = " ".join(f"{final_reward(h):6.3f}" for h in histories)
-    nan = "/".join(str(sum(not math.isfinite(s["loss"]) for s in h)) for h in histories)
+    summaries = [grpo_fixed.summarize_run(module.train(task, seed=s), 0.0) for s in seeds]  # the CLI's summary
+    rewards = " ".join(f"{s['final_reward']:6.3f}" for s in summaries)
+    nan = "/".join(str(s["nan_losses"]) for s in summaries)
     print(f"{name:14s} {rewards}   {nan:10s} ({time.perf_counter() - start:.1f} s)", flush=True)
 
 

@@ -180,9 +180,8 @@ def trainer(label: str):
 
 
 def final_reward(history) -> float:
-    """Mean reward of the last 10 iterations (as grpo_fixed.summarize_run)."""
-    last = history[-10:]
-    return sum(s["reward"] for s in last) / len(last)
+    """Mean reward of the last 10 iterations (grpo_fixed.summarize_run's final_reward)."""
+    return grpo_fixed.summarize_run(history, 0.0)["final_reward"]
 
 
 def first_failures(history, cfg) -> dict:

@@ -44,7 +44,7 @@ import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from workbook import nb02
 from workbook.catalog import hybrid
-from workbook.plots import BUGGY, FIXED, REFERENCE, curves, figures_not_shown
+from workbook.plots import BUGGY, FIXED, REFERENCE, curves
 from workbook.widgets import live_figure, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
@@ -250,8 +250,7 @@ def show(result):
 show(w.result)  # the defaults: 10 steps, lr 3e-3, clip 0.2
 
 # %%
-with figures_not_shown():  # the redraw runs; nbval cannot route widget output, so it is not displayed here
-    show(set_value(w, "lr", 1e-3))  # a smaller step: clipping engages later
+show(set_value(w, "lr", 1e-3))  # a smaller step: clipping engages later (set_value redraws without displaying)
 
 # %% [markdown]
 # What the numbers say:

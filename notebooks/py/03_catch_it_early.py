@@ -52,7 +52,7 @@ from workbook.monitor import (
     plot_dashboard,
     plot_failures,
 )
-from workbook.plots import BUGGY, FIXED, buggy_vs_fixed, figures_not_shown
+from workbook.plots import BUGGY, FIXED, buggy_vs_fixed
 from workbook.tasks import SparseMatchTask
 from workbook.widgets import live_figure, set_value, slider
 
@@ -386,8 +386,7 @@ display(w)
 # %%
 no_nan = next(i for i, failed in enumerate(mon_buggy.failures) if "advantages finite" not in failed)
 for it in (0, no_nan):
-    with figures_not_shown():  # the redraw runs; nbval cannot route widget output, so it is not displayed here
-        failed_buggy, failed_fixed = set_value(w, "iteration", it)
+    failed_buggy, failed_fixed = set_value(w, "iteration", it)  # redraws without displaying (nbval)
     print(f"iteration {it}: buggy {len(failed_buggy)} [{'; '.join(failed_buggy)}]")
     print(f"             fixed {len(failed_fixed)} [{'; '.join(failed_fixed)}]")
 

@@ -58,14 +58,26 @@ def _rebind(fn: types.FunctionType, module: types.ModuleType) -> types.FunctionT
     return new
 
 
-def hybrid(*bug_ids: str) -> types.ModuleType:
-    """A fresh copy of grpo_fixed with the functions of `bug_ids` taken from grpo_buggy."""
-    sites = [bug(b).function for b in bug_ids]  # validates ids first
-    name = "grpo_fixed_with_" + ("_".join(bug_ids) or "none")
+def swapped(label: str, **functions) -> types.ModuleType:
+    """A fresh copy of grpo_fixed named grpo_fixed_<label>, with the given top-level functions replaced.
+
+    Each replacement is rebound to the copy's globals, so it calls the copy's (fixed) helpers; the
+    functions around it, train() included, call the replacement. The catalog's hybrids and the
+    variants of workbook/variants.py are both built this way.
+    """
+    name = "grpo_fixed_" + label
     spec = importlib.util.spec_from_file_location(name, ROOT / "grpo_fixed.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look the module up while it executes
     spec.loader.exec_module(module)
-    for site in sites:
-        setattr(module, site, _rebind(getattr(grpo_buggy, site), module))
+    for site, fn in functions.items():
+        if not callable(getattr(module, site, None)):
+            raise ValueError(f"grpo_fixed has no function {site!r} to replace")
+        setattr(module, site, _rebind(fn, module))
     return module
+
+
+def hybrid(*bug_ids: str) -> types.ModuleType:
+    """A fresh copy of grpo_fixed with the functions of `bug_ids` taken from grpo_buggy."""
+    sites = [bug(b).function for b in bug_ids]  # validates ids first
+    return swapped("with_" + ("_".join(bug_ids) or "none"), **{site: getattr(grpo_buggy, site) for site in sites})

@@ -58,15 +58,15 @@ def chromium_available() -> bool:
 # ---- notebooks ---------------------------------------------------------------------------------------
 
 
-def code_cell(source: str) -> dict:
-    return dict(cell_type="code", execution_count=None, metadata={}, outputs=[], source=source)
+def code_cell(source: str, cell_id: str) -> dict:
+    return dict(cell_type="code", execution_count=None, id=cell_id, metadata={}, outputs=[], source=source)
 
 
 def notebook(*sources: str) -> dict:
     """A notebook of code cells (python3 kernel)."""
     kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return dict(cells=[code_cell(s) for s in sources], metadata={"kernelspec": kernelspec}, nbformat=4,
-                nbformat_minor=5)
+    cells = [code_cell(source, f"cell-{i}") for i, source in enumerate(sources)]
+    return dict(cells=cells, metadata={"kernelspec": kernelspec}, nbformat=4, nbformat_minor=5)
 
 
 HARNESS_LIVE_PLOT = notebook('''\

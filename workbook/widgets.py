@@ -65,8 +65,8 @@ def slider(value, lo, hi, step, description, *, integer=False, log=False):
 
 def format_value(control) -> str:
     """A control's value as the status line writes it: a selection's label, an int, a float to 6 digits."""
-    if isinstance(control, widgets.widget_selection._Selection):
-        return str(control.label)
+    if isinstance(control, widgets.widget_selection._Selection):  # .label is '' until the index first changes
+        return str(control._options_labels[control.index]) if control.index is not None else ""
     value = control.value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)

@@ -1,0 +1,267 @@
+"""workbook.widgets.live_plot: one persistent figure redrawn in place into an Image widget, and the
+status-line check the browser test relies on (workbook.lab_driver's pure functions).
+
+The slow test runs a live_plot notebook through a real kernel (nbclient) and nbval: a check cell that
+moves the slider prints only its own line, and no `<Figure ...>` output appears anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import ipywidgets as widgets
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from workbook import lab_driver  # noqa: E402
+from workbook.widgets import DPI, LivePlot, live_figure, live_plot, set_value, slider  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ROOT = Path(__file__).resolve().parent.parent
+XS = np.linspace(0.0, 1.0, 50)  # (50,)
+
+
+@pytest.fixture(autouse=True)
+def no_figures_left():
+    plt.close("all")
+    yield
+    plt.close("all")
+
+
+def line_plot(layout=None):
+    """A one-line figure and an update that records its calls: -> fig, update, calls, line."""
+    fig, ax = plt.subplots(figsize=(4, 2), layout=layout)
+    (line,) = ax.plot(XS, 0.2 * XS)
+    calls = []
+
+    def update(clip):
+        calls.append(clip)
+        line.set_ydata(clip * XS)
+        return {"clip": clip, "peak": float((clip * XS).max())}
+
+    return fig, update, calls, line
+
+
+def test_first_render_runs_update_once_and_shows_a_png_of_the_figure():
+    fig, update, calls, _ = line_plot()
+    w = live_plot(fig, update, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    assert calls == [0.2]
+    assert w.result == {"clip": 0.2, "peak": pytest.approx(0.2)}
+    assert bytes(w.image.value).startswith(PNG_SIGNATURE)
+    assert (int(w.image.width), int(w.image.height)) == (4 * DPI, 2 * DPI)
+    assert "rendered clip=0.2" in w.status.value
+    assert w.children[0] is w.controls["clip"] and w.children[1] is w.image  # controls first
+    assert repr(w) == "LivePlot(clip=0.2)"
+
+
+def test_a_control_change_updates_the_same_figure_in_place():
+    fig, update, calls, line = line_plot()
+    w = live_plot(fig, update, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    first_png, canvas = bytes(w.image.value), w.canvas
+    w.controls["clip"].value = 0.4
+    assert calls == [0.2, 0.4]
+    assert w.result["peak"] == pytest.approx(0.4)
+    assert w.image.value != first_png and bytes(w.image.value).startswith(PNG_SIGNATURE)
+    assert "rendered clip=0.4" in w.status.value
+    assert list(fig.axes[0].lines) == [line] and w.canvas is canvas and fig.canvas is canvas  # no new figure or canvas
+    assert plt.get_fignums() == []  # nothing handed to pyplot (nothing for the inline backend to display)
+
+
+def test_the_image_shows_the_data_not_a_cached_frame():
+    """Two positions give different images; going back gives the first image again (deterministic draw)."""
+    fig, update, _, _ = line_plot()
+    w = live_plot(fig, update, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    at_02 = bytes(w.image.value)
+    set_value(w, "clip", 0.5)
+    at_05 = bytes(w.image.value)
+    set_value(w, "clip", 0.2)
+    assert at_05 != at_02 and bytes(w.image.value) == at_02
+
+
+def test_live_plot_takes_the_figure_away_from_pyplot():
+    fig, update, _, _ = line_plot()
+    assert plt.fignum_exists(fig.number)
+    live_plot(fig, update, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    assert plt.get_fignums() == []
+
+
+def test_set_value_by_description_or_keyword_returns_the_result():
+    fig, ax = plt.subplots(figsize=(4, 2))
+    (line,) = ax.plot(XS, XS)
+
+    def update(clip, adv_size):
+        line.set_ydata(np.minimum(XS, 1 + clip) * adv_size)
+        return (clip, adv_size)
+
+    w = live_plot(fig, update, clip=slider(0.2, 0.05, 0.5, 0.05, "clip"), adv_size=slider(1.5, 0.25, 3.0, 0.25, "|A|"))
+    assert set_value(w, "clip", 0.3) == (0.3, 1.5)
+    assert set_value(w, "|A|", 0.5) == (0.3, 0.5)
+    assert set_value(w, "adv_size", 1.0) == (0.3, 1.0)  # the keyword works too
+    assert "rendered clip=0.3; |A|=1" in w.status.value
+    with pytest.raises(KeyError, match=r"have \['clip', '\|A\|'\]"):
+        set_value(w, "beta", 0.1)
+
+
+def test_setting_the_same_value_does_not_redraw():
+    fig, update, calls, _ = line_plot()
+    w = live_plot(fig, update, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    assert set_value(w, "clip", 0.2)["clip"] == 0.2
+    assert calls == [0.2] and w.redraws == 1
+
+
+def test_status_line_formats_each_kind_of_control():
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1], [0, 1])
+    choice = widgets.SelectionSlider(options=[("low", 0.01), ("high", 1.0)], value=0.01, description="beta")
+    w = live_plot(fig, lambda G, lr, beta: None, G=slider(8, 2, 32, 1, "G", integer=True),
+                  lr=slider(3e-3, -4, -1.5, 0.05, "lr", log=True), beta=choice)
+    assert w.marker() == "G=8; lr=0.003; beta=low"
+    set_value(w, "beta", 1.0)
+    assert "rendered G=8; lr=0.003; beta=high" in w.status.value
+
+
+def test_layout_is_computed_once_then_frozen():
+    """A constrained layout runs at the first render only: later frames keep the axes where they were,
+    even when the tick labels change (a layout pass per frame doubled the draw time of 3 axes)."""
+    fig, ax = plt.subplots(figsize=(4, 2), layout="constrained")
+    (line,) = ax.plot(XS, XS)
+    before_render = ax.get_position().bounds
+
+    def update(scale):
+        line.set_ydata(scale * XS)
+        ax.set_ylim(0, scale)
+        return scale
+
+    w = live_plot(fig, update, scale=slider(1.0, 1.0, 1e5, 1.0, "scale"))
+    after_first = ax.get_position().bounds
+    set_value(w, "scale", 12345.0)
+    assert after_first != before_render  # the constrained layout did run once
+    assert ax.get_position().bounds == after_first
+    assert fig.get_layout_engine() is None or not fig.get_layout_engine().__class__.__name__.startswith("Constrained")
+
+
+def test_an_error_in_update_is_shown_logged_and_raised_by_set_value(caplog):
+    fig, update, _, _ = line_plot()
+
+    def fragile(clip):
+        if clip > 0.45:
+            raise ValueError(f"clip {clip:.2f} too wide")
+        return update(clip)
+
+    w = live_plot(fig, fragile, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    good_png = bytes(w.image.value)
+    with caplog.at_level(logging.ERROR, logger="workbook.widgets"), pytest.raises(ValueError, match="too wide"):
+        set_value(w, "clip", 0.5)
+    assert "error at clip=0.5" in w.status.value and "ValueError: clip 0.50 too wide" in w.status.value
+    assert w.result is None and bytes(w.image.value) == good_png  # no stale numbers; the image is not replaced
+    assert any("update(clip=0.5) raised" in r.getMessage() for r in caplog.records)
+    w.controls["clip"].value = 0.3  # recovers on the next good value
+    assert w.error is None and w.result["clip"] == 0.3 and "rendered clip=0.3" in w.status.value
+
+
+def test_an_error_at_the_first_render_fails_the_cell():
+    fig, _, _, _ = line_plot()
+
+    def broken(clip):
+        raise RuntimeError("no data yet")
+
+    with pytest.raises(RuntimeError, match="no data yet"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(logging.getLogger("workbook.widgets"), "disabled", True)  # keep the test output quiet
+        live_plot(fig, broken, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+
+
+def test_live_plot_needs_a_control():
+    fig, update, _, _ = line_plot()
+    with pytest.raises(ValueError, match="at least one control"):
+        LivePlot(fig, update, {})
+
+
+def test_deprecated_live_figure_still_works_with_set_value():
+    def draw(x):
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.plot([0, 1], [0, x])
+        plt.show()
+        return 2 * x
+
+    w = live_figure(draw, x=slider(0.5, 0.0, 1.0, 0.1, "x"))
+    assert w.result == 1.0
+    assert set_value(w, "x", 0.3) == pytest.approx(0.6)
+    assert plt.get_fignums() == []
+
+
+# ---- the status-line check of the browser test -----------------------------------------------------
+
+
+def test_parse_marker():
+    assert lab_driver.parse_marker("rendered clip=0.3; |A|=1.5") == {"clip": "0.3", "|A|": "1.5"}
+    assert lab_driver.parse_marker("  rendered   inner steps=10 ") == {"inner steps": "10"}
+    assert lab_driver.parse_marker("error at clip=0.5:\nValueError: x") is None
+
+
+@pytest.mark.parametrize("value, readout, same", [
+    ("0.3", "0.30", True),
+    ("0.35", "0.30", False),           # the next slider step
+    ("0.125", "0.13", True),           # the browser rounds ties up, Python to even: either is the same value
+    ("0.125", "0.12", True),
+    ("0.15", "0.13", False),
+    ("8", "8", True),
+    ("9", "8", False),
+    ("0.003", "3.00e-3", True),        # FloatLogSlider readout (d3 format, exponent without padding)
+    ("0.0031", "3.00e-3", False),
+    ("-0.5", "\u22120.50", True),      # d3 writes a Unicode minus
+    ("low", "low", True),
+    ("low", "high", False),
+])
+def test_same_value(value, readout, same):
+    assert lab_driver.same_value(value, readout) is same
+
+
+def test_marker_mismatches_reports_each_problem():
+    assert lab_driver.marker_mismatches("rendered clip=0.3; |A|=1.5", {"clip": "0.30", "|A|": "1.50"}) == []
+    assert lab_driver.marker_mismatches("rendered clip=0.3", {"clip": "0.40"}) == [
+        "clip: figure rendered at 0.3, control shows 0.40"]
+    assert lab_driver.marker_mismatches("rendered clip=0.3", {"clip": "0.30", "|A|": "1.50"}) == [
+        "control '|A|' missing from the status line 'rendered clip=0.3'"]
+    assert lab_driver.marker_mismatches("rendered clip=0.3", {}) == ["no readable control in the widget"]
+    assert lab_driver.marker_mismatches("error at clip=0.5: boom", {"clip": "0.50"})[0].startswith(
+        "status line is not a render marker")
+
+
+def test_marker_of_a_live_plot_matches_its_own_readouts():
+    """What LivePlot writes parses back to its control values (the readouts a browser would show)."""
+    fig, update, _, _ = line_plot()
+    w = live_plot(fig, update, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    set_value(w, "clip", 0.2 + 0.05 + 0.05)  # 0.30000000000000004, as a browser's steps produce
+    assert lab_driver.marker_mismatches(f"rendered {w.marker()}", {"clip": "0.30"}) == []
+
+
+# ---- through a real kernel and nbval --------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_check_cell_prints_only_its_own_line_under_nbval(tmp_path):
+    """The harness notebook executed by nbclient: the widget cell displays one widget (no `<Figure ...>`),
+    the check cell's only output is its print, and nbval re-runs the stored notebook without a diff."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.from_dict(lab_driver.HARNESS_LIVE_PLOT)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    widget_cell, check_cell = nb.cells
+    assert [o.output_type for o in widget_cell.outputs] == ["execute_result"]
+    bundle = widget_cell.outputs[0].data
+    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/plain"] == "LivePlot(x=0.5)"
+    assert [(o.output_type, o.get("text")) for o in check_cell.outputs] == [("stream", "x 0.30\n")]
+    path = tmp_path / "harness.ipynb"
+    nbformat.write(nb, path)
+    nbval = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+                            "--nbval-current-env", "--nbval-sanitize-with", str(ROOT / "notebooks/nbval_sanitize.cfg"),
+                            str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert nbval.returncode == 0, nbval.stdout[-3000:]

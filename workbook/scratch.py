@@ -5,9 +5,10 @@ sentence by sentence of the spec (seed 000).
     make scratch FUNCS=masked_mean    -> other catalog sites instead (FUNCS=all: every site)
     make grade FILE=practice/scratch_<N>.py   (or: python -m workbook.scratch grade FILE)
 
-The hand-out is grpo_fixed.py with its `# FIX` marks removed and each chosen function replaced by a
-stub that keeps its signature and its docstring (plus, for the three spec functions, the spec
-sentences it is graded on) and raises NotImplementedError.
+The hand-out is the mock round's (workbook/practice.py) with no bug left in: grpo_buggy.py with every
+catalogued function taken from grpo_fixed.py (`# FIX` comments stripped). Each chosen function is then
+replaced by a stub that keeps its signature and its docstring (plus, for the three spec functions, the
+spec sentences it is graded on) and raises NotImplementedError.
 
 Grading prints one line per spec sentence, `pass` or `fail`; a failure shows the smallest input
 that exposes it with "yours" beside "expected" (the Tensor-Puzzles habit: it prints, it never
@@ -16,7 +17,9 @@ sentence's own functions swapped in (`catalog.swapped`), so a mistake is charged
 breaks and to nothing else. Sites outside the spec's three are graded by the catalog tests that name
 their bug (tests/test_catalog.py). When no stub raises NotImplementedError any more, the learner's
 functions train the default run, and the final reward is printed beside the fixed twin's.
-Exit codes of `grade`: 0 every line passes, 1 some line fails, 2 the file cannot be graded.
+Exit codes of `grade`, and the bad-input handling (one `cannot grade ...` line on stderr: missing file,
+syntax error, import error, a public function renamed or its signature changed), are the mock grader's;
+its splicer, time limit and API check are reused from workbook/practice.py.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import importlib.util
+import functools
 import inspect
 import itertools
 import logging
@@ -32,8 +35,8 @@ import math
 import re
 import sys
 import textwrap
+import threading
 import time
-import traceback
 import types
 import warnings
 from collections.abc import Callable
@@ -44,7 +47,7 @@ from typing import Any
 import torch
 
 import grpo_fixed
-from workbook import catalog
+from workbook import catalog, practice
 
 ROOT = catalog.ROOT
 PRACTICE_DIR = ROOT / "practice"
@@ -54,8 +57,8 @@ FUNCS_HEADER = "# scratch-funcs:"
 NOT_WRITTEN = "not written yet"
 
 
-class CannotGrade(Exception):
-    """The file cannot be graded (missing, not Python, does not import, a function is missing)."""
+CannotGrade = practice.CannotGrade  # the file cannot be graded: one clear line, exit code 2
+TRAIN_SECONDS = 300.0  # time limit of the training run (about 5 s on a quiet 2-core machine)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,9 +94,10 @@ def function_header(source: str, node: ast.FunctionDef) -> str:
     return f"def {node.name}({ast.unparse(node.args)}):"  # body on the def line: rebuild it
 
 
-def strip_fix_marks(source: str) -> str:
-    """The fixed twin without its `# FIX Bn: ...` comments (they name the bugs of the debugging round)."""
-    return re.sub(r"[ \t]*# FIX B\d+\b.*$", "", source, flags=re.MULTILINE)
+def handout_source() -> str:
+    """The hand-out with no bug left: grpo_buggy.py with every catalog site from grpo_fixed.py (practice's
+    splicer, which strips the `# FIX` comments and brings along the helpers a fixed function needs)."""
+    return practice.splice(practice.HANDOUT.read_text(), practice.FIXED.read_text(), list(SITES))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -167,6 +171,12 @@ def call(fn: Callable[[], Any]) -> Any:
         return Raised(error)
 
 
+def timed(fn: Callable[[types.ModuleType], Any], module: types.ModuleType) -> Any:
+    """fn(module) under the mock grader's per-test time limit (an endless loop must not hang the grader)."""
+    with limited(practice.TEST_SECONDS):
+        return fn(module)
+
+
 def not_implemented(value: Any) -> bool:
     return isinstance(value, Raised) and isinstance(value.error, NotImplementedError)
 
@@ -197,7 +207,7 @@ def run_sentence(sentence_title: str, key: str, funcs: tuple[str, ...], cases: l
                  module: types.ModuleType) -> Outcome:
     """The first case (smallest first) whose value differs from the expected one, or a pass."""
     for case in cases:
-        yours = call(lambda c=case: c.yours(module))
+        yours = call(lambda c=case: timed(c.yours, module))
         if not_implemented(yours):
             return Outcome(key, funcs, sentence_title, False, True, case.label, show(yours), NOT_WRITTEN)
         ok = call(lambda c=case, y=yours: bool(c.same(y, c.expected)))
@@ -524,9 +534,9 @@ def sentences_of(func: str) -> list[Sentence]:
     return [s for s in SENTENCES if func in s.funcs]
 
 
-def stub_text(source: str, node: ast.FunctionDef, scratch_name: str) -> str:
-    """`def ...:` as written, its docstring (plus the spec sentences it is graded on), then a raise."""
-    doc = inspect.cleandoc(ast.get_docstring(node, clean=False) or "")
+def stub_text(source: str, node: ast.FunctionDef, docstring: str, scratch_name: str) -> str:
+    """`def ...:` as written in `source`, the docstring (plus the spec sentences it is graded on), a raise."""
+    doc = inspect.cleandoc(docstring)
     graded = sentences_of(node.name)
     if graded:
         doc += "\n\nSpec (seed 000), graded one sentence at a time:\n" + "\n".join(
@@ -539,21 +549,22 @@ def stub_text(source: str, node: ast.FunctionDef, scratch_name: str) -> str:
 
 
 def scratch_source(funcs: tuple[str, ...], scratch_name: str, number: int) -> str:
-    """The hand-out text: grpo_fixed without FIX marks, `funcs` stubbed, a header saying what to do."""
-    source = strip_fix_marks(Path(grpo_fixed.__file__).read_text())
-    nodes = function_nodes(source)
-    missing = [f for f in funcs if f not in nodes]
+    """The hand-out text with `funcs` stubbed (signature and grpo_fixed's docstring kept), under a header
+    that says what to do and names the functions (the `# scratch-funcs:` line the grader reads)."""
+    source = handout_source()
+    spec_nodes, nodes = function_nodes(practice.FIXED.read_text()), function_nodes(source)
+    missing = [f for f in funcs if f not in nodes or f not in spec_nodes]
     if missing:
-        raise ValueError(f"grpo_fixed.py has no top-level function {missing}")
-    stubbed = splice(source, {f: stub_text(source, nodes[f], scratch_name) for f in funcs})
+        raise ValueError(f"the hand-out has no top-level function {missing}")
+    stubs = {f: stub_text(source, nodes[f], ast.get_docstring(spec_nodes[f]) or "", scratch_name) for f in funcs}
     header = (
         f"# Scratch round {number}: write every function below that raises NotImplementedError.\n"
-        "# Each keeps its signature and its docstring (the spec it is graded on); the rest of the trainer is the\n"
-        "# fixed twin, unchanged. Grade it, as often as you like (one line per spec sentence, then a training run):\n"
+        "# Each keeps its signature and its docstring (the spec it is graded on); the rest of the trainer is\n"
+        "# correct. Grade it as often as you like (one line per spec sentence, then a training run):\n"
         f"#     make grade FILE={scratch_name}\n"
         f"{FUNCS_HEADER} {', '.join(funcs)}\n"
     )
-    return header + stubbed
+    return header + splice(source, stubs)
 
 
 def next_scratch_path(out_dir: Path) -> tuple[Path, int]:
@@ -597,46 +608,58 @@ def declared_funcs(source: str) -> tuple[str, ...]:
 
 
 def load_scratch(path: Path | str) -> tuple[types.ModuleType, tuple[str, ...]]:
-    """Import the learner's file as a fresh module. CannotGrade, with one clear reason, if that fails."""
+    """Import the learner's file as a fresh module; CannotGrade with one clear line (the mock grader's
+    wording) if it is missing, not Python, fails to import, or lost a public function or signature."""
     path = Path(path)
     if not path.is_file():
-        raise CannotGrade(f"no such file: {path}")
-    if path.suffix != ".py":
-        raise CannotGrade(f"{path} is not a .py file")
+        raise CannotGrade(f"{path}: no such file")
     try:
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
-        raise CannotGrade(f"cannot read {path}: {error}") from None
+        raise CannotGrade(f"{path}: cannot read it ({error})") from None
     try:
-        ast.parse(source, filename=str(path))
+        compile(source, str(path), "exec", dont_inherit=True)
     except SyntaxError as error:
-        raise CannotGrade(f"{path}, line {error.lineno}: SyntaxError: {error.msg}") from None
+        raise CannotGrade(f"{path}:{error.lineno}: syntax error: {error.msg}") from None
     try:
         funcs = declared_funcs(source)
     except ValueError as error:
-        raise CannotGrade(f"{path}: {FUNCS_HEADER} line: {error}") from None
+        raise CannotGrade(f"{path}: the {FUNCS_HEADER} line: {error}") from None
     name = f"scratch_under_grading_{next(_load_counter)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look the module up while it executes
     try:
-        with contextlib.redirect_stdout(sys.stderr):
-            spec.loader.exec_module(module)
+        with contextlib.redirect_stdout(sys.stderr), limited(practice.TEST_SECONDS):
+            module = practice.load_module(name, source, str(path))
     except Exception as error:  # the learner's top-level code: any error means it cannot be graded
-        line = next((f.lineno for f in reversed(_traceback_frames(error)) if f.filename == str(path)), None)
-        where = f", line {line}" if line else ""
-        raise CannotGrade(f"importing {path}{where} raised {type(error).__name__}: {error}") from None
+        raise CannotGrade(f"{path}: importing it raised {error_line(error, str(path))}") from None
     finally:
         sys.modules.pop(name, None)
-    needed = dict.fromkeys((*SPEC_FUNCS, *funcs))
-    missing = [f for f in needed if not callable(getattr(module, f, None))]
-    if missing:
-        raise CannotGrade(f"{path} has no function {', '.join(missing)} (keep the names and signatures)")
+    problem = practice.api_problem(module, handout_module(), str(path))
+    if problem:
+        raise CannotGrade(problem)
     return module, funcs
 
 
-def _traceback_frames(error: BaseException):
-    return traceback.extract_tb(error.__traceback__)
+def error_line(error: BaseException, filename: str) -> str:
+    """`Type: message (in function, line n)`, with the innermost frame of `filename` it passed through."""
+    info = practice.failure(error, filename)
+    where = f" (in {info['where'][0]}, line {info['where'][1]})" if info["where"] else ""
+    return f"{info['type']}: {info['message']}{where}"
+
+
+@functools.cache
+def handout_module() -> types.ModuleType:
+    """The hand-out with no bug, imported once: the public names and signatures a scratch file must keep."""
+    return practice.load_module("scratch_handout", handout_source(), "<scratch hand-out>")
+
+
+@contextlib.contextmanager
+def limited(seconds: float):
+    """practice.time_limit (SIGALRM), only where signals work: the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        with practice.time_limit(seconds):
+            yield
+    else:
+        yield
 
 
 def graded_copy(learner: types.ModuleType, funcs: tuple[str, ...], label: str) -> types.ModuleType:
@@ -647,19 +670,6 @@ def graded_copy(learner: types.ModuleType, funcs: tuple[str, ...], label: str) -
         if not name.startswith("__") and name not in vars(module):
             setattr(module, name, value)
     return module
-
-
-def signature_outcomes(learner: types.ModuleType, funcs: tuple[str, ...]) -> list[Outcome]:
-    """A failing line for each graded function whose signature differs from the twin's (the spec asks to
-    preserve public signatures); nothing when they all match."""
-    outcomes = []
-    for f in dict.fromkeys((*SPEC_FUNCS, *funcs)):
-        yours, spec = inspect.signature(getattr(learner, f)), inspect.signature(getattr(grpo_fixed, f))
-        strip = lambda s: [(p.name, p.kind, p.default) for p in s.parameters.values()]  # noqa: E731
-        if strip(yours) != strip(spec):
-            outcomes.append(Outcome("signature", (f,), "Preserve public signatures.", False, False,
-                                    f"the signature of {f}", f"{f}{yours}", f"{f}{spec}"))
-    return outcomes
 
 
 def sentence_outcomes(learner: types.ModuleType) -> list[Outcome]:
@@ -678,10 +688,8 @@ def catalog_test_module():
     """tests/test_catalog.py, imported by path: its test_Bn_* functions are the checks for the other sites."""
     name = "workbook_scratch_catalog_tests"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "test_catalog.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+        path = ROOT / "tests" / "test_catalog.py"
+        practice.load_module(name, path.read_text(), str(path))
     return sys.modules[name]
 
 
@@ -702,7 +710,7 @@ def catalog_outcomes(learner: types.ModuleType, funcs: tuple[str, ...]) -> list[
         outcome = Outcome(name, tested, title, True)
         for kwargs in params:
             with quiet_torch():
-                result = call(lambda kw=kwargs, test=fn, m=module: test(m, **kw))
+                result = call(lambda kw=kwargs, test=fn, m=module: timed(functools.partial(test, **kw), m))
             if isinstance(result, Raised):
                 label = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "the test's own input"
                 written = not not_implemented(result)
@@ -757,7 +765,8 @@ def training_outcome(learner: types.ModuleType, funcs: tuple[str, ...], **overri
     torch.set_num_threads(1)
     module = graded_copy(learner, tuple(dict.fromkeys((*SPEC_FUNCS, *funcs))), "train")
     with quiet_torch():
-        yours = call(lambda: train_run(module, **overrides))
+        with limited(TRAIN_SECONDS):
+            yours = call(lambda: train_run(module, **overrides))
         fixed = train_run(catalog.swapped("scratch_reference"), **overrides)
     steps = fixed["steps"]
     title = f"Training: the default run (seed 0, {steps} iterations) with your functions."
@@ -790,13 +799,14 @@ def grade(path, *, out=None, train: bool = True, train_overrides: dict | None = 
     """Grade a scratch file; print one line per spec sentence (and catalog test), then a training run
     once every stub is written. Returns 0 (all pass), 1 (some fail) or 2 (cannot be graded). Never raises
     for a bad file: it prints one clear line instead."""
+    err = sys.stderr if out is None else out
     out = sys.stdout if out is None else out
     try:
         learner, funcs = load_scratch(path)
     except CannotGrade as reason:
-        print(f"cannot grade: {reason}", file=out)
+        print(f"cannot grade {reason}", file=err)
         return 2
-    outcomes = signature_outcomes(learner, funcs) + sentence_outcomes(learner) + catalog_outcomes(learner, funcs)
+    outcomes = sentence_outcomes(learner) + catalog_outcomes(learner, funcs)
     n_sentences = len(SENTENCES)
     n_catalog = sum(o.key.startswith("test_B") for o in outcomes)
     extra = f" and {n_catalog} catalog tests" if n_catalog else ""
@@ -823,7 +833,7 @@ def grade(path, *, out=None, train: bool = True, train_overrides: dict | None = 
 def grade_outcomes(path, *, train: bool = False) -> list[Outcome]:
     """The Outcome objects `grade` prints (for tests and notebooks); CannotGrade for a bad file."""
     learner, funcs = load_scratch(path)
-    outcomes = signature_outcomes(learner, funcs) + sentence_outcomes(learner) + catalog_outcomes(learner, funcs)
+    outcomes = sentence_outcomes(learner) + catalog_outcomes(learner, funcs)
     if train and not any(o.not_written for o in outcomes):
         outcomes.append(training_outcome(learner, funcs)[0])
     return outcomes

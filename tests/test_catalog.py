@@ -12,7 +12,6 @@ this file under `--impl=buggy` through pytest itself.
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 import subprocess
@@ -68,12 +67,9 @@ class ConstantPolicy(nn.Module):
 def tiny_setup(impl, seed=0, **overrides):
     """A TinyPolicy on EchoTask, its frozen reference, an Adam optimizer, a tiny config and a generator."""
     cfg = impl.make_config(**{"prompts_per_batch": 4, "group_size": 4, "hidden": 16, **overrides})
-    torch.manual_seed(seed)
     task = impl.EchoTask()
-    policy = impl.TinyPolicy(task.vocab_size, cfg.hidden)
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    return task, policy, ref_policy, optimizer, cfg, torch.Generator().manual_seed(seed)
+    policy, ref_policy, optimizer, generator = impl.setup_run(task, cfg, seed)
+    return task, policy, ref_policy, optimizer, cfg, generator
 
 
 # ----------------------------------------------------------------------------------------------

@@ -77,3 +77,31 @@ def test_bad_arguments_exit_with_usage_error(twin, argv, capsys):
 def test_main_in_process_returns_the_summary(twin, capsys):
     summary = TWINS[twin].main(["--steps", "1", "--json", "--seed", "2"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_every_config_field_is_a_flag(twin, capsys):
+    """--group_size 3 --prompts_per_batch 2 is the B != G experiment as a plain command."""
+    summary = TWINS[twin].main(["--steps", "2", "--group_size", "3", "--prompts_per_batch", "2", "--json"])
+    history = TWINS[twin].train(seed=0, steps=2, group_size=3, prompts_per_batch=2)
+    assert summary["final_reward"] == pytest.approx(TWINS[twin].summarize_run(history, 0.0)["final_reward"])
+    flags = capsys.readouterr()
+    assert flags.err == ""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--group_size", "1"], "group_size must be"),
+    (["--clip", "nan"], "clip must be"),
+    (["--hidden", "2.5"], "expected int"),
+    (["--group_sizes", "3"], "unrecognized arguments"),
+])
+def test_bad_config_values_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        grpo_fixed.main([*argv, "--json"])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_progress_line_shows_the_statistics_that_separate_the_twins():
+    line = run_cli("buggy", "--steps", 1).stdout.splitlines()[0]
+    for stat in ("logprob_gap", "adv_nonfinite", "ratio_last_maxdev", "clip_frac_pos", "grad_norm"):
+        assert stat in line

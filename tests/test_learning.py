@@ -79,11 +79,11 @@ def test_on_iteration_sees_every_stats_dict(module):
 @pytest.mark.parametrize("module", [grpo_fixed, grpo_buggy], ids=["fixed", "buggy"])
 def test_every_logged_stat_is_documented(module):
     (stats,) = module.train(seed=0, steps=1, prompts_per_batch=4)
-    undocumented = set(stats) - set(module.DIAGNOSTICS) - {"iteration", "seconds", "health"}
-    assert not undocumented, f"stats without a DIAGNOSTICS entry: {undocumented}"
-    assert set(module.DIAGNOSTICS) <= set(stats), "DIAGNOSTICS documents a stat that is never logged"
-    for name, (meaning, healthy) in module.DIAGNOSTICS.items():
-        assert meaning and healthy, name
+    undocumented = set(stats) - set(module.STATS) - {"iteration", "seconds", "health"}
+    assert not undocumented, f"stats without a STATS row: {undocumented}"
+    assert set(module.STATS) <= set(stats), "STATS documents a stat that is never logged"
+    for name, row in module.STATS.items():
+        assert row.meaning and row.why and row.lo <= row.hi, name
 
 
 @pytest.mark.parametrize("task", [ReverseTask(), SparseMatchTask(), LengthTask()], ids=lambda t: type(t).__name__)

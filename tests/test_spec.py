@@ -311,6 +311,16 @@ class TestGroupAdvantageRange:
     def test_deep_subnormal_rewards_match_float64_reference(self, impl, rewards, eps):
         assert_matches_reference(impl.group_advantage(rewards, eps), rewards, eps, rtol=1e-6)
 
+    @pytest.mark.parametrize("rewards", [
+        [1000.0, 1000.001, 1000.002, 999.9995],  # a common offset, a spread in the 6th digit
+        [1e3 + 1e-9, 1e3, 1e3 - 2e-9, 1e3 + 5e-9],  # spread in the 12th digit
+        [1e200 * (1 + k * 2.0**-50) for k in (0, 1, 3, 2)],  # spread in the 15th digit
+        [-7e15 + k for k in (0.0, 1.0, 2.0, 5.0)],  # integers near 2**53
+    ])
+    def test_common_offset_does_not_drown_a_tiny_spread(self, impl, rewards):
+        """Centring must be exact enough that a large shared offset leaves the advantages right to 1e-6."""
+        assert_matches_reference(impl.group_advantage(rewards), rewards, rtol=1e-6)
+
     @pytest.mark.parametrize("rewards", [[TINY, 0.0], [2.2250738585072014e-308, 2.225073858507202e-308]])
     def test_deep_subnormal_rewards_finite_and_bounded(self, impl, rewards):
         adv = impl.group_advantage(rewards)

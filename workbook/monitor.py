@@ -8,19 +8,19 @@
 or in one call: `HealthMonitor().watch(grpo_buggy, steps=6)`.
 
 The checks themselves are not redefined here: the per-iteration ones are grpo_fixed.HEALTH_CHECKS
-(plus three monitor-only ones for the DIAGNOSTICS ranges HEALTH_CHECKS leaves out: zero-variance
+(plus three monitor-only ones for the STATS ranges HEALTH_CHECKS leaves out: zero-variance
 groups, clip fraction, grad-norm size), the probes are grpo_fixed.preflight. grpo_fixed keeps only
-the check code, so the human-readable side (assertion, threshold and why, what it catches) lives in
-CHECK_INFO and PROBE_INFO below, keyed by the same names.
+the check code and the ranges (STATS), so the human-readable side (what it catches) lives in CHECK_INFO
+and PROBE_INFO below, keyed by the same names, with every number rendered from grpo_fixed.
 
 A stats dict can come from either twin, a hybrid, or your own trainer: any dict with the keys of
-grpo_fixed.DIAGNOSTICS. A check whose stat is missing is skipped and reported, never a crash.
+grpo_fixed.STATS. A check whose stat is missing is skipped and reported, never a crash.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpo_fixed
 
@@ -29,20 +29,34 @@ PREFLIGHT = -1
 
 
 # ----------------------------------------------------------------------------------------------
-# The checks: grpo_fixed's, plus three for DIAGNOSTICS ranges that grpo_fixed does not assert.
+# The checks: grpo_fixed's, plus three for STATS ranges that grpo_fixed does not assert.
+# Every range and tolerance comes from grpo_fixed (STATS rows, probe constants): none is written here.
+
+STATS = grpo_fixed.STATS
+in_range = grpo_fixed.in_range
 
 
-def _finite_and_below(value, limit):
-    """value < limit, or True when value is not finite (non-finite is the job of another check)."""
-    return not math.isfinite(value) or value < limit
+def render_range(name: str) -> str:
+    """The healthy range of STATS[name] as text, e.g. '<= 0.0001', '= 0', '[0.9, 1.1]', 'finite'."""
+    lo, hi = STATS[name].lo, STATS[name].hi
+    if lo == hi:
+        return f"= {lo:g}"
+    if math.isinf(lo) and math.isinf(hi):
+        return "finite"
+    if math.isinf(hi):
+        return f">= {lo:g}"
+    if math.isinf(lo):
+        return f"<= {hi:g}"
+    return f"in [{lo:g}, {hi:g}]"
 
 
 EXTRA_CHECKS = {
-    "groups carry signal": lambda s, cfg: s["zero_var_groups"] < 0.9 or s["reward"] > 0.95,
-    "clip fraction moderate": lambda s, cfg: max(s["clip_frac_pos"], s["clip_frac_neg"]) < 0.3,
-    "grad norm bounded": lambda s, cfg: _finite_and_below(s["grad_norm"], 100.0),
+    "groups carry signal": lambda s, cfg: in_range(s, "zero_var_groups") or s["reward"] > grpo_fixed.SOLVED_REWARD,
+    "clip fraction moderate": lambda s, cfg: in_range(s, "clip_frac_pos") and in_range(s, "clip_frac_neg"),
+    "grad norm bounded": lambda s, cfg: not math.isfinite(s["grad_norm"]) or in_range(s, "grad_norm"),
 }
-"""monitor-only checks, written like grpo_fixed.HEALTH_CHECKS: (stats, cfg) -> True when healthy"""
+"""monitor-only checks, written like grpo_fixed.HEALTH_CHECKS: (stats, cfg) -> True when healthy; a
+non-finite grad norm is the job of grpo_fixed's 'grad norm finite'"""
 
 CHECKS = {**grpo_fixed.HEALTH_CHECKS, **EXTRA_CHECKS}
 """every per-iteration check the monitor runs, grpo_fixed's first"""
@@ -50,96 +64,90 @@ CHECKS = {**grpo_fixed.HEALTH_CHECKS, **EXTRA_CHECKS}
 
 @dataclass(frozen=True)
 class CheckInfo:
-    """The human-readable side of one check."""
+    """The human-readable side of one check; its condition is rendered from the STATS rows it reads."""
 
-    asserts: str
-    """the condition that must hold, in the stats' own names"""
-    threshold: str
-    """the number, and why that number"""
+    stats: tuple
+    """the STATS rows whose healthy ranges the check asserts"""
     why: str
     """what is broken when it fails"""
     catches: str
     """catalog bugs (B1..B11) or regimes it flags"""
-    trips: dict = field(default_factory=dict)
-    """a change to HEALTHY_STATS that must fail this check (a tiny test of the threshold)"""
+    unless: str = ""
+    """when the check is waived"""
+
+    @property
+    def asserts(self) -> str:
+        condition = " and ".join(f"{name} {render_range(name)}" for name in self.stats)
+        return condition + (f" (unless {self.unless})" if self.unless else "")
+
+    @property
+    def threshold(self) -> str:
+        return " ".join(STATS[name].why for name in self.stats)
 
 
+SOLVED = f"reward > {grpo_fixed.SOLVED_REWARD:g}"
 CHECK_INFO = {
     "advantages finite": CheckInfo(
-        "adv_nonfinite == 0", "exactly 0: one NaN advantage is enough",
-        "a NaN advantage makes the minibatch loss and its gradient NaN; the step is lost",
-        "B2 (constant group, 0/0)", {"adv_nonfinite": 3}),
+        ("adv_nonfinite",), "a NaN advantage makes the minibatch loss and its gradient NaN; the step is lost",
+        "B2 (constant group, 0/0)"),
     "advantages centred per group": CheckInfo(
-        "adv_group_mean < 1e-4", "float32 rounding gives ~1e-8; a wrong baseline gives ~0.1 to 1",
-        "sum_i A_i = 0 within each prompt's group; a nonzero group mean means the baseline came from other "
-        "prompts' rewards", "B9 (only when B does not divide G)", {"adv_group_mean": 0.3}),
+        ("adv_group_mean",), "sum_i A_i = 0 within each prompt's group; a nonzero group mean means the baseline "
+        "came from other prompts' rewards (float32 rounding gives ~1e-8)", "B9 (only when B does not divide G)"),
     "training log-probs match the sampler": CheckInfo(
-        "logprob_gap < 1e-4", "same weights, same tokens: equal up to float32 rounding (0 to ~1e-7)",
-        "the loss is computed on a different distribution from the one that drew the tokens",
-        "B6 (shift), B10 (temperature)", {"logprob_gap": 0.5}),
+        ("logprob_gap",), "the loss is computed on a different distribution from the one that drew the tokens",
+        "B6 (shift), B10 (temperature)"),
     "ratio == 1 at the first inner step": CheckInfo(
-        "ratio_first_maxdev < 1e-4", "no update yet, so pi_theta = pi_old: rho = 1 up to rounding",
-        "old log-probs and training log-probs come from different computations (dropout in train mode, "
-        "a different forward path)", "dropout > 0; none of B1..B11 alone", {"ratio_first_maxdev": 0.05}),
+        ("ratio_first_maxdev",), "old log-probs and training log-probs come from different computations "
+        "(dropout in train mode, a different forward path)", "dropout > 0; none of B1..B11 alone"),
     "ratio moves after updates": CheckInfo(
-        "ratio_last_maxdev > 0 (unless one inner step, lr = 0 or every group constant)",
-        "strictly 0 is impossible after an optimizer step changed theta",
-        "old log-probs are recomputed from the current policy: clipping is dead, no trust region",
-        "B3", {"ratio_last_maxdev": 0.0}),
+        ("ratio_last_maxdev",), "old log-probs are recomputed from the current policy: clipping is dead, no "
+        "trust region", "B3", "one inner step, lr = 0 or every group constant"),
     "KL finite and >= 0": CheckInfo(
-        "isfinite(kl) and kl >= -1e-6", "k3 = e^x - x - 1 >= 0 for every x; -1e-6 allows rounding",
-        "a NaN/-inf log-prob reached the KL term, or its formula is wrong", "any NaN/-inf source",
-        {"kl": -0.02}),
+        ("kl",), "a NaN/-inf log-prob reached the KL term, or its formula is wrong", "any NaN/-inf source"),
     "entropy not collapsed": CheckInfo(
-        "entropy > 0.01 nats or reward > 0.95", "0.01 nats: the policy is almost deterministic",
-        "a collapsed policy samples identical groups, so A = 0 and learning stops before the task is solved",
-        "runaway updates (too high lr, no clipping)", {"entropy": 0.001}),
+        ("entropy",), "a collapsed policy samples identical groups, so A = 0 and learning stops before the task "
+        "is solved", "runaway updates (too high lr, no clipping)", SOLVED),
     "loss finite": CheckInfo(
-        "isfinite(loss) and nonfinite_steps == 0", "exactly 0 skipped steps",
-        "a skipped step is silently lost data; a NaN step that is not skipped destroys the weights",
-        "any NaN/-inf source (B2 here)", {"nonfinite_steps": 1}),
+        ("loss", "nonfinite_steps"), "a skipped step is silently lost data; a NaN step that is not skipped "
+        "destroys the weights", "any NaN/-inf source (B2 here)"),
     "grad norm finite": CheckInfo(
-        "isfinite(grad_norm)", "any non-finite gradient", "NaN/inf reached the parameters' gradients",
-        "any NaN/-inf source (B2 here)", {"grad_norm": math.inf}),
+        (), "NaN/inf reached the parameters' gradients", "any NaN/-inf source (B2 here)"),
     "groups carry signal": CheckInfo(
-        "zero_var_groups < 0.9 or reward > 0.95", "DIAGNOSTICS: < 0.9 early, -> 1 only when solved",
-        "a group with equal rewards has A = 0 for every member: no gradient; the run is starved",
-        "sparse rewards, G too small, temperature too low", {"zero_var_groups": 1.0}),
+        ("zero_var_groups",), "a group with equal rewards has A = 0 for every member: no gradient; the run is "
+        "starved", "sparse rewards, G too small, temperature too low", SOLVED),
     "clip fraction moderate": CheckInfo(
-        "max(clip_frac_pos, clip_frac_neg) < 0.3", "DIAGNOSTICS: < 0.3 (PPO practice: ~0.1 is typical)",
-        "steps too large for the trust region: most tokens get no gradient through the clip",
-        "lr or inner epochs too high", {"clip_frac_pos": 0.5}),
+        ("clip_frac_pos", "clip_frac_neg"), "steps too large for the trust region: most tokens get no gradient "
+        "through the clip", "lr or inner epochs too high"),
     "grad norm bounded": CheckInfo(
-        "grad_norm < 100 (pre-clip, when finite)", "DIAGNOSTICS: < 100, i.e. 100x max_grad_norm",
-        "exploding gradients: clipping hides them from the update but not from this log",
-        "divergence; the size B11 would let through", {"grad_norm": 500.0}),
+        ("grad_norm",), "exploding gradients: clipping hides them from the update but not from this log",
+        "divergence; the size B11 would let through", "grad_norm is not finite (the check above)"),
 }
 
+_f = grpo_fixed
 PROBE_INFO = {
-    "sampling frequencies match softmax(logits)": CheckInfo(
-        "max |freq - softmax([2, 1, 0, -1, -2])| <= 0.02 over 20000 draws",
-        "sampling noise is <= 0.0035 (one std), so 0.02 is > 5 std",
-        "the sampler must draw from a distribution p = softmax(logits): sums to 1, every token reachable",
-        "B1"),
-    "constant reward group gives finite advantages": CheckInfo(
-        "isfinite(group_advantage([1, 1, 1]))", "any NaN", "std = 0 without eps: 0/0", "B2"),
-    "loss gradient at ratio 1 is -A/n": CheckInfo(
-        "d loss / d logp = -1 for A = 2 on n = 2 tokens at rho = 1", "allclose",
+    "sampling frequencies match softmax(logits)": (
+        f"max |freq - softmax([2, 1, 0, -1, -2])| <= {_f.SAMPLING_TOL:g} over {_f.PROBE_DRAWS} draws",
+        "the sampler must draw from p = softmax(logits): sums to 1, every token reachable", "B1"),
+    "constant reward group gives finite advantages": (
+        "isfinite(group_advantage([1, 1, 1]))", "std = 0 without eps: 0/0", "B2"),
+    "loss gradient at ratio 1 is -A/n": (
+        f"d loss / d logp = -1 (+- {_f.GRAD_TOL:g}) for A = 2 on n = 2 tokens at rho = 1",
         "at rho = 1 the clipped surrogate must give the plain policy gradient -A rho / n", "B4"),
-    "all-masked loss is finite": CheckInfo(
-        "isfinite(grpo_loss(..., mask all False))", "any NaN", "0 tokens: the mean divides 0 by 0", "B5"),
-    "token log-probs finite for large logits": CheckInfo(
-        "isfinite(log pi(token 0)) for logits [0, 200]", "exact answer -200 is finite",
-        "log(softmax) underflows to log(0) = -inf; logits - logsumexp does not", "B7"),
-    "KL estimator is unbiased for KL(pi || ref)": CheckInfo(
-        "|mean k3 - exact KL| <= 0.01 over 20000 tokens drawn from pi",
-        "Monte Carlo std of the mean is 0.005, so 0.01 is only 2 std (seeded, so deterministic); reversed gives 6.0",
-        "the reversed log-ratio is still >= 0 (so the per-iteration KL check passes) but estimates a different "
+    "all-masked loss is finite": (
+        "isfinite(grpo_loss(..., mask all False))", "0 tokens: the mean divides 0 by 0", "B5"),
+    "token log-probs finite for large logits": (
+        "isfinite(log pi(token 0)) for logits [0, 200]",
+        "log(softmax) underflows to log(0) = -inf; log_softmax does not", "B7"),
+    "KL estimator is unbiased for KL(pi || ref)": (
+        f"|mean k3 - exact KL| <= {_f.KL_TOL:g} over {_f.PROBE_DRAWS} tokens drawn from pi",
+        "the reversed log-ratio is still >= 0 (so the per-iteration KL check passes) but estimates another "
         "quantity", "B8"),
-    "gradients clipped to max_grad_norm": CheckInfo(
-        "global grad norm after optimizer_step <= max_grad_norm = 1", "1 + 1e-4",
+    "gradients clipped to max_grad_norm": (
+        f"global grad norm after optimizer_step <= max_grad_norm + {_f.GRAD_TOL:g} (max_grad_norm = 1)",
         "one outlier batch can make an arbitrarily large update", "B11"),
 }
+"""probe name -> (what it asserts, what is broken when it fails, catalog bug); tolerances from grpo_fixed"""
+PROBE_TOLERANCES = {"sampling": _f.SAMPLING_TOL, "kl": _f.KL_TOL, "gradient": _f.GRAD_TOL}
 
 HEALTHY_STATS = {
     "reward": 0.5, "reward_std": 0.3, "zero_var_groups": 0.1, "adv_nonfinite": 0, "adv_group_mean": 3e-8,
@@ -147,7 +155,7 @@ HEALTHY_STATS = {
     "clip_frac_pos": 0.08, "clip_frac_neg": 0.07, "kl": 0.3, "entropy": 1.2, "grad_norm": 0.8, "loss": -0.05,
     "nonfinite_steps": 0, "completion_length": 3.0,
 }
-"""a hand-written healthy stats dict with every DIAGNOSTICS key (values like a fixed-twin run's)"""
+"""a hand-written healthy stats dict with every STATS key (values like a fixed-twin run's)"""
 
 
 def check_table(kind: str = "iteration") -> str:
@@ -155,11 +163,14 @@ def check_table(kind: str = "iteration") -> str:
     if kind == "iteration":
         rows = [(name, "grpo_fixed" if name in grpo_fixed.HEALTH_CHECKS else "monitor", CHECK_INFO[name])
                 for name in CHECKS]
-    elif kind == "preflight":
-        rows = [(name, "preflight", info) for name, info in PROBE_INFO.items()]
-    else:
+        header = ["check", "from", "asserts", "why that range", "fails when", "catches"]
+        return markdown_table(header, [[n, src, f"`{i.asserts}`", i.threshold, i.why, i.catches]
+                                       for n, src, i in rows])
+    if kind == "preflight":
+        return markdown_table(["probe", "asserts", "fails when", "catches"],
+                              [[n, f"`{a}`", why, bug] for n, (a, why, bug) in PROBE_INFO.items()])
         raise ValueError(f"kind must be 'iteration' or 'preflight', got {kind!r}")
-    header = ["check", "from", "asserts", "threshold, and why", "fails when", "catches"]
+    header = ["check", "from", "asserts", "why that range", "fails when", "catches"]
     return markdown_table(header, [[n, src, f"`{i.asserts}`", i.threshold, i.why, i.catches] for n, src, i in rows])
 
 
@@ -294,21 +305,11 @@ class HealthMonitor:
 # Pictures: a dashboard of the logged statistics, and a map of which checks fired when.
 
 DASHBOARD = {
-    # stat: (healthy band (lo, hi) or None, y scale)  -- bands are the checks' thresholds above
-    "reward": (None, "linear"),
-    "zero_var_groups": ((0.0, 0.9), "linear"),
-    "adv_nonfinite": ((-0.5, 0.5), "linear"),
-    "adv_group_mean": ((0.0, 1e-4), "symlog"),
-    "logprob_gap": ((0.0, 1e-4), "symlog"),
-    "ratio_first_maxdev": ((0.0, 1e-4), "symlog"),
-    "ratio_last_maxdev": ((1e-6, 1e3), "symlog"),
-    "clip_frac_pos": ((0.0, 0.3), "linear"),
-    "clip_frac_neg": ((0.0, 0.3), "linear"),
-    "kl": ((-1e-6, 1e3), "linear"),
-    "entropy": ((0.01, 1e3), "linear"),
-    "grad_norm": ((0.0, 100.0), "log"),
-    "loss": (None, "linear"),
-    "nonfinite_steps": ((-0.5, 0.5), "linear"),
+    # stat: y scale; the shaded healthy band is the STATS row's range
+    "reward": "linear", "zero_var_groups": "linear", "adv_nonfinite": "linear", "adv_group_mean": "symlog",
+    "logprob_gap": "symlog", "ratio_first_maxdev": "symlog", "ratio_last_maxdev": "symlog",
+    "clip_frac_pos": "linear", "clip_frac_neg": "linear", "kl": "linear", "entropy": "linear",
+    "grad_norm": "log", "loss": "linear", "nonfinite_steps": "linear",
 }
 """the dashboard's panels in order; a shaded band is the range the corresponding check accepts"""
 
@@ -337,7 +338,9 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.06, top=0.96, hspace=0.35, wspace=0.28)
     nonfinite = {}
     for ax, key in zip(axes.flat, keys, strict=False):
-        band, scale = DASHBOARD[key]
+        scale, row = DASHBOARD[key], STATS[key]
+        pad = 0.5 * (row.lo == row.hi)  # a band of one integer value gets a visible width
+        band = None if math.isinf(row.lo) and math.isinf(row.hi) else (row.lo - pad, row.hi + pad)
         nonfinite[key] = {label: plot_stat(ax, h, key, color=colors[label], label=label)
                           for label, h in histories.items()}
         if scale == "symlog":  # linear below 1e-8, so exact zeros are drawn; log above
@@ -352,7 +355,7 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
             ax.minorticks_off()
         if band is not None:
             ylim = ax.get_ylim()
-            ax.axhspan(*band, color="#2ca02c", alpha=0.12, lw=0)
+            ax.axhspan(max(band[0], -1e300), min(band[1], 1e300), color="#2ca02c", alpha=0.12, lw=0)
             ax.set_ylim(ylim)
         ax.set_title(key, fontsize=9)
         ax.tick_params(labelsize=7)

@@ -1,0 +1,153 @@
+"""The twins read like a real hand-out (issue 7): grpo_buggy.py is short above its appendix and gives
+nothing away; `diff grpo_buggy.py grpo_fixed.py` shows only marked fixes and the health section; every
+healthy range is written once (grpo_fixed.STATS) and every rendered range is the one the checks use."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+import grpo_buggy
+import grpo_fixed
+from workbook import catalog, monitor
+
+ROOT = Path(grpo_fixed.__file__).resolve().parent
+APPENDIX = "# Appendix"
+HEALTH_START = "# Health checks"
+FIX_MARK = re.compile(r"# FIX (B\d+): \S")
+HEALTH_MARK = "# HEALTH: "
+HANDOUT_BUDGET = 300
+
+
+def lines(name):
+    return (ROOT / name).read_text().splitlines()
+
+
+def appendix_line(text_lines):
+    return next(i for i, line in enumerate(text_lines) if line.startswith(APPENDIX))
+
+
+def test_handout_is_at_most_300_lines_above_the_appendix():
+    assert appendix_line(lines("grpo_buggy.py")) <= HANDOUT_BUDGET
+
+
+def test_definitions_follow_the_data():
+    """Above the appendix, the steps' sections come in pseudocode order and train() comes last."""
+    text = lines("grpo_buggy.py")[: appendix_line(lines("grpo_buggy.py"))]
+    steps = [int(m.group(1)) for line in text if (m := re.match(r"# ---- (\d)\. ", line))]
+    assert steps == sorted(steps) and len(steps) >= 5, steps
+    tree = ast.parse("\n".join(text))
+    defs = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    assert defs[-1] == "train"
+    order = ["sample_from_logits", "generate", "group_advantage", "batch_advantages", "token_logprobs",
+             "policy_logprobs", "grpo_loss", "kl_to_reference", "optimizer_step", "update_policy", "train"]
+    assert [d for d in defs if d in order] == order
+
+
+def test_public_functions_open_with_one_check_into_the_appendix():
+    tree = ast.parse((ROOT / "grpo_buggy.py").read_text())
+    funcs = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    for name in ("sample_from_logits", "group_advantage", "grpo_loss"):
+        body = [n for n in funcs[name].body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        call = body[0].value if isinstance(body[0], (ast.Expr, ast.Assign)) else None
+        assert isinstance(call, ast.Call) and call.func.id.startswith("_check_"), name
+        assert funcs[call.func.id].lineno > appendix_line(lines("grpo_buggy.py")), f"{call.func.id} not in appendix"
+
+
+def test_handout_gives_nothing_away():
+    text = (ROOT / "grpo_buggy.py").read_text().lower()
+    for word in ("grpo_fixed", "fix", "bug", "# health", "this machine", "cpu"):
+        assert word not in text, word
+    algorithm = "\n".join(lines("grpo_buggy.py")[: appendix_line(lines("grpo_buggy.py"))]).lower()
+    for word in ("correct", "should be", "wrong", "instead", "careful", "note"):
+        assert word not in algorithm, word
+
+
+def hunks():
+    """The changed hunks of buggy -> fixed: (first fixed line index, added lines, removed lines)."""
+    a, b = lines("grpo_buggy.py"), lines("grpo_fixed.py")
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    return [(j1, b[j1:j2], a[i1:i2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+
+def test_diff_shows_only_marked_fixes_and_the_health_section():
+    fixed_ids = set()
+    for j, added, removed in hunks():
+        if not removed and any(line.startswith(HEALTH_START) for line in added):
+            continue  # the health section, added whole
+        marked = [line for line in added if FIX_MARK.search(line) or HEALTH_MARK in line]
+        assert added and marked, f"unmarked hunk at grpo_fixed.py:{j + 1}: -{removed} +{added}"
+        for line in added:
+            if (m := FIX_MARK.search(line)):
+                fixed_ids.add(m.group(1))
+    assert sorted(fixed_ids) == sorted(catalog.BUG_IDS)
+
+
+def test_diff_detects_an_unmarked_change(monkeypatch):
+    """The diff test can fail: an unmarked edit is a hunk without a mark."""
+    real = lines("grpo_fixed.py")
+    edited = [line.replace("cfg.hidden, cfg.dropout)", "cfg.hidden, 0.0)") for line in real]
+    monkeypatch.setattr(__import__(__name__), "lines",
+                        lambda name: edited if name == "grpo_fixed.py" else real_lines(name))
+    with pytest.raises(AssertionError, match="unmarked hunk"):
+        test_diff_shows_only_marked_fixes_and_the_health_section()
+
+
+def real_lines(name):
+    return (ROOT / name).read_text().splitlines()
+
+
+def test_both_twins_share_one_stats_table():
+    assert grpo_buggy.STATS == grpo_fixed.STATS or all(
+        (a.meaning, a.lo, a.hi, a.why) == (b.meaning, b.lo, b.hi, b.why)
+        for a, b in zip(grpo_buggy.STATS.values(), grpo_fixed.STATS.values(), strict=True))
+
+
+def checks_failed(stats):
+    cfg = grpo_fixed.Config()
+    return [name for name, ok in monitor.CHECKS.items() if not ok(stats, cfg)]
+
+
+BOUNDED = [name for name, row in grpo_fixed.STATS.items()
+           if name not in ("reward", "completion_length", "reward_std", "ratio_last_mean")]
+
+
+def test_healthy_stats_pass_every_check():
+    assert checks_failed(monitor.HEALTHY_STATS) == []
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+def test_rendered_range_is_the_threshold_the_checks_use(name):
+    """At each finite bound of the rendered range the checks pass; just outside it one fails."""
+    row = grpo_fixed.STATS[name]
+    rendered = monitor.render_range(name)
+    bounds = [b for b in (row.lo, row.hi) if math.isfinite(b)]
+    assert bounds or rendered == "finite"
+    for bound in bounds:
+        assert f"{bound:g}" in rendered
+        assert checks_failed({**monitor.HEALTHY_STATS, name: bound}) == [], (name, bound)
+    step = lambda b: max(abs(b) * 1e-3, 1e-12)
+    if math.isfinite(row.hi):
+        assert checks_failed({**monitor.HEALTHY_STATS, name: row.hi + step(row.hi)}), (name, "above")
+    if math.isfinite(row.lo) and name not in ("ratio_last_maxdev",) or name == "ratio_last_maxdev":
+        outside = {**monitor.HEALTHY_STATS, name: row.lo - step(row.lo)}
+        assert checks_failed(outside), (name, "below")
+    assert checks_failed({**monitor.HEALTHY_STATS, name: math.nan}) or name == "grad_norm"
+
+
+def test_no_range_is_written_twice():
+    """No monitor or notebook source spells out a STATS threshold next to its stat's name by hand."""
+    sources = [ROOT / "workbook" / "monitor.py", *sorted((ROOT / "notebooks" / "py").glob("*.py"))]
+    for name in BOUNDED:
+        row = grpo_fixed.STATS[name]
+        for bound in (row.lo, row.hi):
+            if not math.isfinite(bound) or bound == 0:
+                continue
+            pattern = re.compile(rf"{name}\s*[<>]=?\s*{re.escape(f'{bound:g}')}\b")
+            for path in sources:
+                assert not pattern.search(path.read_text()), f"{path.name} writes {name}'s range by hand"

@@ -2,11 +2,12 @@
 
 Each notebooks/NN_*.ipynb is copied into a temporary directory and executed there with nbclient
 (never in place; nothing is written back). Cells are timed from the first cell to the last, kernel
-start-up excluded (reported apart). Then, in the same kernel, a timing cell finds every
-ipywidgets `interactive` (what workbook.widgets.live_figure returns), moves its first slider one
-step and back three times, and reports the median time of the synchronous redraw: the draw
-function, plt.show() and the inline PNG rendering. The browser adds the round trip on top
-(tests/browser/test_lab.py measures that end to end).
+start-up excluded (reported apart). Then, in the same kernel, a timing cell finds every slider widget
+(workbook.widgets.LivePlot, and the deprecated `interactive` that live_figure returns), moves its first
+slider one step and back three times, and reports the median time of the synchronous redraw: update()
+plus the Agg draw and PNG encode for a live_plot (draw function, plt.show() and inline PNG for an
+`interactive`). The browser adds the round trip on top: bench/redraw_bench.py measures that end to end
+(key press to new image), which is the number the redraw targets are about.
 """
 
 from __future__ import annotations
@@ -32,18 +33,26 @@ import ipywidgets as _w
 
 def _neighbour(ctl):
     """The value one slider step away (up if room, else down)."""
+    if isinstance(ctl, _w.SelectionSlider):
+        values = ctl._options_values
+        return values[ctl.index + 1] if ctl.index + 1 < len(values) else values[ctl.index - 1]
     if isinstance(ctl, _w.FloatLogSlider):
         up = ctl.value * ctl.base ** ctl.step
         return up if up <= ctl.base ** ctl.max else ctl.value / ctl.base ** ctl.step
     return ctl.value + ctl.step if ctl.value + ctl.step <= ctl.max else ctl.value - ctl.step
 
-_SLIDERS = (_w.IntSlider, _w.FloatSlider, _w.FloatLogSlider)
+_SLIDERS = (_w.IntSlider, _w.FloatSlider, _w.FloatLogSlider, _w.SelectionSlider)
+
+def _controls(w):
+    """The controls of a slider widget: a LivePlot's, or an interactive's children but the Output."""
+    return list(w.controls.values()) if hasattr(w, "controls") else w.children[:-1]
 
 def _bench_redraws(limit=6, moves=3):
+    from workbook.widgets import LivePlot
     rows = []
-    found = [o for o in _gc.get_objects() if isinstance(o, _w.interactive)]
+    found = [o for o in _gc.get_objects() if isinstance(o, (_w.interactive, LivePlot))]
     for w in found[:limit]:
-        ctl = next((c for c in w.children[:-1] if isinstance(c, _SLIDERS)), None)
+        ctl = next((c for c in _controls(w) if isinstance(c, _SLIDERS)), None)
         if ctl is None:
             continue
         start_value, times = ctl.value, []
@@ -53,7 +62,7 @@ def _bench_redraws(limit=6, moves=3):
             ctl.value = target
             times.append(_time.perf_counter() - t0)
         ctl.value = start_value
-        rows.append(dict(control=ctl.description, median_s=_st.median(times), max_s=max(times)))
+        rows.append(dict(control=ctl.description, kind=type(w).__name__, median_s=_st.median(times), max_s=max(times)))
     return dict(widgets_found=len(found), timed=rows)
 
 print("BENCH_REDRAW_JSON " + _json.dumps(_bench_redraws()))

@@ -1,8 +1,9 @@
-"""`make bench`: token_logprobs against public implementations, CLI wall time, notebook times.
+"""`make bench`: token_logprobs against public implementations, CLI wall time, notebook times, slider redraws.
 
-  .venv/bin/python bench/run.py             everything (about 6 minutes on a quiet 2-core machine)
+  .venv/bin/python bench/run.py             everything (about 10 minutes on a quiet 2-core machine)
   .venv/bin/python bench/run.py --quick     small logits (4x64x32000), no torch.compile, 1 CLI run
   .venv/bin/python bench/run.py --only cli notebooks
+  .venv/bin/python bench/run.py --only redraw   slider redraws in JupyterLab in Chromium (bench/redraw_bench.py)
   .venv/bin/python bench/why_logsumexp.py  per-op timings: why logsumexp is slower than log_softmax on CPU
 
 Results go to bench/results/*.json (gitignored); the last lines printed are the summary.
@@ -21,12 +22,13 @@ from pathlib import Path
 
 import cli_bench
 import notebook_bench
+import redraw_bench
 import reference_impls
 from logprobs_bench import OURS
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
-PARTS = ("logprobs", "cli", "notebooks")
+PARTS = ("logprobs", "cli", "notebooks", "redraw")
 MB = 1 << 20
 
 
@@ -153,6 +155,19 @@ def notebook_table(results: list[dict]) -> list[str]:
     return lines
 
 
+def readme_notebook_table(notebooks: list[dict], redraws: list[dict]) -> list[str]:
+    """The README's notebook table (markdown): run time (nbclient) and browser redraw median / worst."""
+    by_name = {r["notebook"]: r for r in redraws}
+    lines = ["README table (markdown):", "| notebook | run time | redraw median | redraw worst |",
+             "| --- | --- | --- | --- |"]
+    for r in notebooks:
+        d = by_name.get(r["notebook"], {})
+        median = f"{d['median_s']:.2f} s" if "median_s" in d else "n/a"
+        worst = f"{d['worst_s']:.2f} s" if "worst_s" in d else "n/a"
+        lines.append(f"| {r['notebook'].removesuffix('.ipynb')} | {r['cells_s']:.1f} s | {median} | {worst} |")
+    return lines
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -189,6 +204,10 @@ def tables(summary: dict) -> list[list[str]]:
         sections.append(cli_table(summary["cli"]))
     if "notebooks" in summary:
         sections.append(notebook_table(summary["notebooks"]))
+    if "redraw" in summary:
+        sections.append(redraw_bench.redraw_table(summary["redraw"]))
+    if "notebooks" in summary and "redraw" in summary:
+        sections.append(readme_notebook_table(summary["notebooks"], summary["redraw"]))
     return sections
 
 
@@ -215,6 +234,10 @@ def main(argv=None):
         say("[notebooks] execute each notebooks/NN_*.ipynb (a temporary copy), then time its sliders")
         summary["notebooks"] = notebook_bench.bench_notebooks(progress=say)
         (RESULTS / "notebooks.json").write_text(json.dumps(summary["notebooks"], indent=1))
+    if "redraw" in args.only:
+        say("[redraw] JupyterLab in Chromium: run all, check figures against sliders, time key press -> new image")
+        summary["redraw"] = redraw_bench.bench_redraws(progress=say)
+        (RESULTS / "redraw.json").write_text(json.dumps(summary["redraw"], indent=1))
     summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     summary["loadavg_end"] = list(os.getloadavg())
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -533,8 +533,9 @@ def step_live_plot(page, widget, index: int = 0, direction: str = "right") -> di
             srcs = [t for t in state["srcs"] if t <= hit["t"]]
             loads = [t for t in state["loads"] if srcs and t >= srcs[-1]]
             if srcs and loads:
-                t1 = max(hit["t"], loads[0])
-                return dict(seconds=(t1 - state["t0"]) / 1000, direction=direction, renders=len(state["srcs"]),
+                t0, t1 = state["t0"], max(hit["t"], loads[0])
+                return dict(seconds=(t1 - t0) / 1000, direction=direction, renders=len(state["srcs"]),
+                            image_arrived_s=(srcs[-1] - t0) / 1000, image_loaded_s=(loads[0] - srcs[-1]) / 1000,
                             marker=" ".join(hit["text"].split()), readouts=shown)
         if time.monotonic() > deadline:
             raise LabError(f"no matching redraw {REDRAW_TIMEOUT_S} s after the key press: controls {shown}, "

@@ -7,6 +7,7 @@ moves the slider prints only its own line, and no `<Figure ...>` output appears 
 
 from __future__ import annotations
 
+import io
 import logging
 import subprocess
 import sys
@@ -145,6 +146,58 @@ def test_layout_is_computed_once_then_frozen():
     assert after_first != before_render  # the constrained layout did run once
     assert ax.get_position().bounds == after_first
     assert fig.get_layout_engine() is None or not fig.get_layout_engine().__class__.__name__.startswith("Constrained")
+
+
+def pixels(w) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(bytes(w.image.value))).convert("RGB")).astype(int)  # (H, W, 3)
+
+
+def bars_and_line(animated: bool):
+    """Two axes of fixed limits: a line and four bars that update() moves; a title it never touches."""
+    fig, (ax_line, ax_bars) = plt.subplots(1, 2, figsize=(6, 2.5), layout="constrained")
+    (line,) = ax_line.plot(XS, XS, animated=animated)
+    bars = ax_bars.bar(range(4), [1.0] * 4, animated=animated)
+    ax_line.set_ylim(-1.1, 1.1)
+    ax_bars.set_ylim(-1.1, 1.1)
+    ax_line.set_title("fixed title")
+
+    def update(phase):
+        line.set_ydata(np.sin(2 * np.pi * (XS + phase)))
+        for k, bar in enumerate(bars):
+            bar.set_height(np.cos(k + 2 * np.pi * phase))
+        return phase
+
+    return fig, update, ax_line
+
+
+def test_animated_artists_are_redrawn_alone_and_give_the_full_draws_image():
+    """animated=True artists are blitted over the cached background (no full draw per frame), and the image
+    is the one a full draw of the same figure gives (up to the few pixels where a line now crosses a spine)."""
+    blit = live_plot(*bars_and_line(True)[:2], phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
+    full = live_plot(*bars_and_line(False)[:2], phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
+    for phase in (0.25, 0.4):
+        set_value(blit, "phase", phase)
+        set_value(full, "phase", phase)
+        assert np.mean(np.abs(pixels(blit) - pixels(full)).sum(-1) > 0) < 0.005
+    assert blit.renderer.full_draws == 1 and full.renderer.full_draws == 3
+    assert np.mean(np.abs(pixels(blit) - pixels(live_plot(*bars_and_line(True)[:2], phase=slider(
+        0.0, 0.0, 1.0, 0.05, "phase")))).sum(-1) > 0) > 0.01  # and the image did move with the slider
+
+
+def test_a_change_outside_the_animated_artists_forces_a_full_draw():
+    fig, update, ax_line = bars_and_line(True)
+
+    def update_and_rescale(phase, top):
+        ax_line.set_ylim(-1.1, top)  # not an animated artist: the figure goes stale
+        return update(phase)
+
+    w = live_plot(fig, update_and_rescale, phase=slider(0.0, 0.0, 1.0, 0.05, "phase"),
+                  top=slider(1.1, 1.1, 3.0, 0.1, "top"))
+    set_value(w, "top", 2.0)
+    assert w.renderer.full_draws == 2
+    assert ax_line.get_ylim() == (-1.1, 2.0)
 
 
 def test_an_error_in_update_is_shown_logged_and_raised_by_set_value(caplog):

@@ -91,19 +91,21 @@ print(f"x {r['x']:.2f}")''')
 HARNESS_LIVE_PLOT_PRINTS = "x 0.30\n"
 """the whole output of the harness's check cell (set_value itself prints nothing)"""
 
-HARNESS_THREE_AXES = notebook('''\
+THREE_AXES_CODE = '''\
 import matplotlib.pyplot as plt
 import numpy as np
 from workbook.widgets import live_plot, slider
 
+ANIMATED = {animated}  # True: the lines and bars are blitted over a cached background
 xs = np.linspace(0.0, 1.0, 200)  # (200,)
 fig, axes = plt.subplots(1, 3, figsize=(9, 3), layout="constrained")
-lines = [ax.plot(xs, np.sin(2 * np.pi * (k + 1) * xs), label=f"k={k + 1}")[0] for k, ax in enumerate(axes)]
-bars = axes[2].bar(np.arange(8) / 8 + 1 / 16, np.ones(8), width=1 / 10, alpha=0.4, color="C3")
+lines = [ax.plot(xs, np.sin(2 * np.pi * (k + 1) * xs), label=f"k={{k + 1}}", animated=ANIMATED)[0]
+         for k, ax in enumerate(axes)]
+bars = axes[2].bar(np.arange(8) / 8 + 1 / 16, np.ones(8), width=1 / 10, alpha=0.4, color="C3", animated=ANIMATED)
 for k, ax in enumerate(axes):
     ax.set_ylim(-1.2, 1.2)
     ax.set_xlabel("x")
-    ax.set_title(f"frequency {k + 1}")
+    ax.set_title(f"frequency {{k + 1}}")
     ax.legend(loc="upper right", fontsize="small")
 
 def update(phase, amplitude):
@@ -112,12 +114,15 @@ def update(phase, amplitude):
     heights = amplitude * np.cos(np.arange(8) + 2 * np.pi * phase)  # (8,)
     for bar, h in zip(bars, heights, strict=True):
         bar.set_height(h)
-    return {"phase": phase, "mean_height": float(heights.mean())}
+    return {{"phase": phase, "mean_height": float(heights.mean())}}
 
 w = live_plot(fig, update, phase=slider(0.0, 0.0, 1.0, 0.05, "phase"),
               amplitude=slider(1.0, 0.1, 1.0, 0.1, "amplitude"))
-w''')
+w'''
+HARNESS_THREE_AXES = notebook(THREE_AXES_CODE.format(animated=False))
 """three axes, three lines, eight bars, legends, constrained layout: a realistic notebook figure"""
+HARNESS_THREE_AXES_BLIT = notebook(THREE_AXES_CODE.format(animated=True))
+"""the same with its lines and bars animated=True: blitted over the cached background"""
 
 HARNESS_LIVE_FIGURE = notebook('''\
 import matplotlib.pyplot as plt
@@ -137,7 +142,7 @@ w''')
 """the deprecated machinery (interactive + a new figure per change), for comparison"""
 
 HARNESSES = {"harness_live_plot.ipynb": HARNESS_LIVE_PLOT, "harness_three_axes.ipynb": HARNESS_THREE_AXES,
-             "harness_live_figure.ipynb": HARNESS_LIVE_FIGURE}
+             "harness_three_axes_blit.ipynb": HARNESS_THREE_AXES_BLIT, "harness_live_figure.ipynb": HARNESS_LIVE_FIGURE}
 
 
 def prepare_copy(src: Path, dst: Path) -> None:

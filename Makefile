@@ -1,12 +1,13 @@
 # make lab   : set up .venv if needed, open JupyterLab on notebooks/
 # make test  : ruff, the test suite (browser tests skip without Debian's chromium), and nbval on every notebook
 # make bench : speed of token_logprobs against public implementations, and of the default CLI run
+# make mock  : a mock round, practice/round_N.py [ROUND=N] [BUGS=3|k|all] [HARD=1]; then make grade, make hint
 
 PY := .venv/bin/python
 STAMP := .venv/.installed
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: venv lab test test-fast test-browser notebooks bench clean
+.PHONY: venv lab test test-fast test-browser notebooks bench clean mock grade hint
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -37,6 +38,18 @@ test-browser: venv
 # a stalled cell resumes after it with its outputs intact.
 notebooks: venv
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=60 notebooks/*.ipynb
+
+# Practice (workbook/practice.py): grade and hint default to the newest round. The grader's own exit
+# code (0 all fixed, 1 not yet, 2 cannot grade) is that of `$(PY) -m workbook.practice grade FILE`.
+mock: venv
+	@$(PY) -m workbook.practice mock $(if $(ROUND),--round $(ROUND)) $(if $(BUGS),--bugs $(BUGS)) \
+		$(if $(filter-out 0,$(HARD)),--hard)
+
+grade: venv
+	@$(PY) -m workbook.practice grade $(FILE)
+
+hint: venv
+	@$(PY) -m workbook.practice hint $(FILE) $(if $(LEVEL),--level $(LEVEL))
 
 bench: venv
 	$(PY) bench/run.py

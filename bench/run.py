@@ -4,6 +4,7 @@
   .venv/bin/python bench/run.py --quick     small logits (4x64x32000), no torch.compile, 1 CLI run
   .venv/bin/python bench/run.py --only cli notebooks
   .venv/bin/python bench/run.py --only redraw   slider redraws in JupyterLab in Chromium (bench/redraw_bench.py)
+  .venv/bin/python bench/run.py --only practice   make grade on a mock round and on the whole catalog
   .venv/bin/python bench/why_logsumexp.py  per-op timings: why logsumexp is slower than log_softmax on CPU
 
 Results go to bench/results/*.json (gitignored); the last lines printed are the summary.
@@ -22,13 +23,14 @@ from pathlib import Path
 
 import cli_bench
 import notebook_bench
+import practice_bench
 import redraw_bench
 import reference_impls
 from logprobs_bench import OURS
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
-PARTS = ("logprobs", "cli", "notebooks", "redraw")
+PARTS = ("logprobs", "cli", "notebooks", "redraw", "practice")
 MB = 1 << 20
 
 
@@ -208,6 +210,8 @@ def tables(summary: dict) -> list[list[str]]:
         sections.append(redraw_bench.redraw_table(summary["redraw"]))
     if "notebooks" in summary and "redraw" in summary:
         sections.append(readme_notebook_table(summary["notebooks"], summary["redraw"]))
+    if "practice" in summary:
+        sections.append(practice_bench.practice_table(summary["practice"]))
     return sections
 
 
@@ -238,6 +242,10 @@ def main(argv=None):
         say("[redraw] JupyterLab in Chromium: run all, check figures against sliders, time key press -> new image")
         summary["redraw"] = redraw_bench.bench_redraws(progress=say)
         (RESULTS / "redraw.json").write_text(json.dumps(summary["redraw"], indent=1))
+    if "practice" in args.only:
+        say(f"[practice] make grade on a fresh mock round and on grpo_buggy.py, {args.cli_runs} run(s) each")
+        summary["practice"] = practice_bench.bench_practice(args.cli_runs, progress=say)
+        (RESULTS / "practice.json").write_text(json.dumps(summary["practice"], indent=1))
     summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     summary["loadavg_end"] = list(os.getloadavg())
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -287,11 +287,12 @@ def mock(number: int | None, bugs: str, hard: bool, now: dt.datetime | None = No
         f.write(text)
     print(f"Round {number}: {k} bug{'s' * (k != 1)} left in {_rel(path)} (a copy of grpo_buggy.py"
           f"{', docstrings cut to one line' if hard else ''}). The round is {ROUND_MINUTES} minutes.")
-    print("Next:")
-    print(f"  .venv/bin/python {_rel(path)}     run it and read the logs")
-    print(f"  edit {_rel(path)}                  find the bugs with tiny inputs, fix them in place")
-    print("  make grade                          which bugs are fixed, and whether a fix broke something")
-    print("  make hint [LEVEL=2|3]               a hint for each remaining bug")
+    steps = [(f".venv/bin/python {_rel(path)}", "run it and read the logs"),
+             (f"edit {_rel(path)}", "find the bugs with tiny inputs; fix them in place"),
+             ("make grade", "which bugs are fixed, and whether a fix broke something else"),
+             ("make hint [LEVEL=2|3]", "a hint for each remaining bug")]
+    width = max(len(cmd) for cmd, _ in steps) + 3
+    print("Next:\n" + "\n".join(f"  {cmd:<{width}}{what}" for cmd, what in steps))
     return path
 
 
@@ -428,7 +429,7 @@ class GradePlugin:
         self.variant_of = {id(m): v for v, m in modules.items()}
         self.outcomes: dict[tuple[str, str], dict] = {}  # (variant, test id) -> outcome
         self.failed: set[tuple[str, str]] = set()
-        self.timed_out: dict | None = None
+        self.timed_out: dict[str, dict] = {}  # job variant 'u<j>' -> the test that hit its time limit
 
     def pytest_generate_tests(self, metafunc):
         if "impl" in metafunc.fixturenames:
@@ -455,12 +456,18 @@ class GradePlugin:
         return item.nodeid.replace(f"[{token}]", "").replace(f"-{token}", "").replace(f"{token}-", "")
 
     def pytest_runtest_protocol(self, item, nextitem):
-        if self.timed_out is not None:
-            return True  # a hang ends the session: the file cannot be graded
+        """pytest's protocol, minus the items not needed: after a hang, none; a baseline's test only where
+        the module failed it. nextitem=None (tear everything down) when the next item may be left out."""
+        from _pytest.runner import runtestprotocol
+
         variant = self.variant(item)
-        if variant.startswith("b") and ("u" + variant[1:], self.test_id(item)) not in self.failed:
-            return True  # the baseline only matters where the module failed
-        return None
+        mine = "u" + variant[1:]
+        if mine in self.timed_out or (variant[0] == "b" and (mine, self.test_id(item)) not in self.failed):
+            return True  # after a hang the file cannot be graded; the baseline only matters where the file failed
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        runtestprotocol(item, nextitem=None if nextitem is None or self.variant(nextitem)[0] == "b" else nextitem)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
 
     def pytest_runtest_setup(self, item):
         signal.setitimer(signal.ITIMER_REAL, TEST_SECONDS)
@@ -481,7 +488,7 @@ class GradePlugin:
             outcome["error"] = failure(call.excinfo.value, self.files[variant])
             self.failed.add((variant, test))
             if call.excinfo.errisinstance(TimeLimit) and variant.startswith("u"):
-                self.timed_out = dict(outcome["error"], test=test)
+                self.timed_out[variant] = dict(outcome["error"], test=test)
         self.outcomes[(variant, test)] = outcome
 
 
@@ -509,7 +516,7 @@ def grading_process(jobs: list[dict], send) -> None:
             results[j] = dict(error=str(e))
     graded = {v: m for v, m in modules.items() if int(v[1:]) not in results}
     started = time.perf_counter()
-    outcomes = run_tests(graded, files) if graded else ({}, None)
+    outcomes = run_tests(graded, files) if graded else ({}, {})
     tested = time.perf_counter() - started
     for j, job in enumerate(jobs):
         if j not in results:
@@ -533,7 +540,8 @@ def load_pair(j: int, job: dict):
     except BaseException as e:  # noqa: BLE001
         err = failure(e, job["path"])
         where = f" in {err['where'][0]} (line {err['where'][1]})" if err["where"] else ""
-        raise CannotGrade(f"{job['path']}: importing it raised {err['type']}{where}: {err['message']}") from None
+        what = "did not finish" if err["type"] == "TimeLimit" else f"raised {err['type']}"
+        raise CannotGrade(f"{job['path']}: importing it {what}{where}: {err['message']}") from None
     problem = api_problem(module, base, job["path"])
     if problem:
         raise CannotGrade(problem)
@@ -561,11 +569,11 @@ def _warm_up():
     torch.optim.Adam(torch.nn.Linear(1, 1).parameters())
 
 
-def collect(j: int, job: dict, modules: dict, files: dict, outcomes: dict, timed_out: dict | None) -> dict:
+def collect(j: int, job: dict, modules: dict, files: dict, outcomes: dict, timed_out: dict) -> dict:
     """One job's result: catalog outcomes and regressions, or `error`: why it cannot be graded."""
     u, b = f"u{j}", f"b{j}"
-    if timed_out is not None:
-        return dict(error=_crash_line(job["path"], timed_out, f"in {timed_out['test']}"))
+    if u in timed_out:
+        return dict(error=_crash_line(job["path"], timed_out[u], f"in {timed_out[u]['test']}"))
     mine = {t: o for (v, t), o in outcomes.items() if v == u}
     base = {t: o for (v, t), o in outcomes.items() if v == b}
     for test, out in mine.items():

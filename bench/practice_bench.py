@@ -1,0 +1,70 @@
+"""Wall time of `make grade` (python -m workbook.practice grade FILE) on a mock round and on the whole catalog.
+
+  .venv/bin/python bench/practice_bench.py [--runs 3]
+
+Budgets (issue 8): a round (3 bugs) within 10 s, the whole catalog (grpo_buggy.py, 11 bugs) within 20 s, on
+this 2-core machine. Each run is a fresh process, as a user runs it: importing torch is included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BUDGETS = {"round (3 bugs)": 10.0, "whole catalog (grpo_buggy.py)": 20.0}
+
+
+def grade_seconds(path: Path) -> tuple[float, int]:
+    """Wall seconds and exit code of one `python -m workbook.practice grade path`."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "grade", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    return time.perf_counter() - start, proc.returncode
+
+
+def bench_practice(runs: int = 3, progress=print) -> dict:
+    """{case: dict(wall_s=[...], wall_median_s, budget_s, exit_codes, loadavg)} for a round and the catalog."""
+    from workbook import practice
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        round_file = Path(tmp) / "round_1.py"
+        round_file.write_text(practice.round_source(1, practice.DEFAULT_BUGS, dt.datetime.now(dt.UTC)))
+        for case, path in (("round (3 bugs)", round_file), ("whole catalog (grpo_buggy.py)", practice.HANDOUT)):
+            load_start = os.getloadavg()[0]
+            walls, codes = zip(*(grade_seconds(path) for _ in range(runs)), strict=True)
+            results[case] = dict(wall_s=list(walls), wall_median_s=statistics.median(walls), budget_s=BUDGETS[case],
+                                 exit_codes=list(codes), loadavg=[load_start, os.getloadavg()[0]])
+            progress(f"[practice] {case}: {' '.join(f'{w:.1f}' for w in walls)} s")
+    return results
+
+
+def practice_table(results: dict) -> list[str]:
+    lines = [f"{'make grade':40s} {'wall median s':>14s} {'runs':>18s} {'budget':>7s}  exit  load avg"]
+    for case, r in results.items():
+        ok = "ok" if r["wall_median_s"] <= r["budget_s"] else "OVER"
+        runs = " ".join(f"{w:.1f}" for w in r["wall_s"])
+        lines.append(f"{case:40s} {r['wall_median_s']:14.2f} {runs:>18s} {ok:>7s}  {r['exit_codes'][0]:4d}  "
+                     f"{r['loadavg'][0]:.1f} -> {r['loadavg'][1]:.1f}")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    print("\n".join(practice_table(bench_practice(args.runs))))
+
+
+if __name__ == "__main__":
+    main()

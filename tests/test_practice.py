@@ -1,0 +1,366 @@
+"""Practice mode (workbook/practice.py): mock rounds, the grader, levelled hints.
+
+The round files are checked at source level (which functions are buggy, which fixed, nothing else of
+grpo_fixed, nothing that names the draw); the grader is run as users run it, `python -m
+workbook.practice grade --json FILE...` in a subprocess (several files share one grading process).
+The slow tests grade every round 0..19 with 3 bugs and one with all of them, unmodified and with the
+fixed twin's functions spliced in.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from workbook import catalog, practice
+
+ROOT = practice.ROOT
+WHEN = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.UTC)
+ROUNDS = [(n, 3) for n in range(20)] + [(20, len(catalog.BUG_IDS))]
+BUG_TOKEN = re.compile(r"\bB\d{1,2}\b")
+
+
+def handout() -> str:
+    return practice.HANDOUT.read_text()
+
+
+def fixed() -> str:
+    return practice.FIXED.read_text()
+
+
+def functions(text: str) -> dict[str, str]:
+    """top-level function name -> ast.dump of its node (code only: comments do not reach the AST)."""
+    return {n.name: ast.dump(n) for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+
+
+def load(text: str, name: str) -> types.ModuleType:
+    return practice.load_module(name, text, f"<{name}>")
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def grade(*paths, timeout=600) -> tuple[list[dict], int]:
+    """Run the grader's command line on `paths`: (one JSON result per file, exit code)."""
+    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "grade", "--json", *map(str, paths)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(paths), proc.stdout + proc.stderr
+    return results, proc.returncode
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) >= 1, f"{old!r} not in the text (did the twins change?)"
+    return text.replace(old, new, 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The draw and the round's source
+
+
+def test_draw_is_seeded_sized_and_covers_the_catalog():
+    for n, k in ROUNDS:
+        drawn = practice.draw(n, k)
+        assert drawn == practice.draw(n, k) and len(drawn) == k == len(set(drawn))
+        assert set(drawn) <= set(catalog.BUG_IDS)
+    assert practice.draw(20, len(catalog.BUG_IDS)) == catalog.BUG_IDS
+    seen = set().union(*(practice.draw(n, 3) for n in range(20)))
+    assert seen == set(catalog.BUG_IDS), "20 rounds of 3 should exercise every bug"
+    assert len({tuple(practice.draw(n, 3)) for n in range(20)}) > 10
+
+
+@pytest.mark.parametrize("n, k", ROUNDS)
+def test_round_keeps_exactly_the_drawn_bugs_and_nothing_of_the_fix(n, k):
+    text = practice.round_source(n, k, WHEN)
+    header, body = text.split("\n", 1)
+    assert practice.parse_header(text) == practice.Round(n, k, WHEN)
+    assert header == practice.Round(n, k, WHEN).header()
+    mine, buggy, good = functions(text), functions(handout()), functions(fixed())
+    drawn = set(practice.draw(n, k))
+    for b in catalog.BUGS:
+        expected = buggy if b.id in drawn else good
+        assert mine[b.function] == expected[b.function], f"round {n}: {b.function} should be the {b.id in drawn}"
+    others = set(buggy) - {b.function for b in catalog.BUGS}
+    assert all(mine[f] == buggy[f] for f in others), "functions outside the catalog stay the hand-out's"
+    assert set(mine) - set(buggy) <= set(good), "nothing but the fixed functions' own helpers enters"
+    assert "FIX" not in body
+    for name in ("HEALTH_CHECKS", "preflight", "check_health", "report_health"):
+        assert name not in body
+    assert BUG_TOKEN.findall(text) == BUG_TOKEN.findall(handout()), "no bug id beyond the hand-out's"
+
+
+def test_round_imports_only_torch_and_the_standard_library():
+    tree = ast.parse(practice.round_source(0, 1, WHEN))
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+    assert roots - {"__future__", "torch"} <= set(sys.stdlib_module_names), roots
+
+
+@pytest.mark.parametrize("n, k", ROUNDS)
+def test_round_trains_two_iterations(n, k):
+    module = load(practice.round_source(n, k, WHEN), f"round_trains_{n}")
+    history = module.train(seed=0, steps=2)
+    assert len(history) == 2 and "reward" in history[-1]
+
+
+def test_round_runs_as_a_script(tmp_path):
+    path = write(tmp_path, "round_3.py", practice.round_source(3, 3, WHEN))
+    proc = subprocess.run([sys.executable, str(path), "--steps", "2"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "reward" in proc.stdout
+
+
+def test_hard_keeps_only_first_docstring_lines():
+    easy, hard = practice.round_source(5, 3, WHEN), practice.round_source(5, 3, WHEN, hard=True)
+    strip = lambda text: [  # noqa: E731 - every node's code with its docstring removed
+        ast.dump(n) for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+    ]
+    docs = lambda text: {  # noqa: E731
+        getattr(n, "name", "<module>"): ast.get_docstring(n) for n in ast.walk(ast.parse(text))
+        if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(n)
+    }
+    assert len(hard) < len(easy)
+    long_ones = [name for name, d in docs(easy).items() if "\n" in d]
+    assert len(long_ones) > 5
+    for name, d in docs(hard).items():
+        assert "\n" not in d and d == docs(easy)[name].splitlines()[0].strip(), name
+    assert len(strip(hard)) == len(strip(easy))
+    load(hard, "hard_round").train(seed=0, steps=1)
+
+
+def test_strip_fix_comments():
+    text = ('x = 1  # FIX B1: why\n'
+            '    # FIX B2: a whole line\n'
+            's = "# FIX inside a string"\n'
+            'y = 2  # a comment that stays\n')
+    assert practice.strip_fix_comments(text) == 'x = 1\ns = "# FIX inside a string"\ny = 2  # a comment that stays\n'
+
+
+def test_splice_brings_the_donors_helpers_only_when_missing():
+    target = "import math\n\n\ndef f(x):\n    return x\n\n\ndef g():\n    return 1\n"
+    donor = ('import math\n\nSCALE = 2\n"""how much"""\n\n\ndef _helper(x):\n    return SCALE * x\n\n\n'
+             'def unrelated():\n    pass\n\n\ndef f(x):\n    return _helper(math.floor(x))  # FIX B9: why\n')
+    out = practice.splice(target, donor, ["f"])
+    namespace = {}
+    exec(compile(out, "<spliced>", "exec"), namespace)
+    assert namespace["f"](3.7) == 6 and namespace["g"]() == 1
+    assert "unrelated" not in out and "FIX" not in out and out.count("import math") == 1
+    assert '"""how much"""' in out
+    with pytest.raises(ValueError):
+        practice.splice(target, donor, ["nope"])
+
+
+# ----------------------------------------------------------------------------------------------
+# make mock
+
+
+def test_mock_writes_the_next_round_and_never_overwrites(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(practice, "PRACTICE", tmp_path / "practice")
+    first = practice.mock(None, "3", hard=False, now=WHEN)
+    second = practice.mock(None, "all", hard=True, now=WHEN)
+    assert (first.name, second.name) == ("round_1.py", "round_2.py")
+    out = capsys.readouterr().out
+    assert "make grade" in out and "make hint" in out and "45 minutes" in out
+    assert practice.parse_header(second.read_text()).bugs == len(catalog.BUG_IDS)
+    before = first.read_text()
+    with pytest.raises(practice.CannotGrade, match="exists already"):
+        practice.mock(1, "2", hard=False)
+    assert first.read_text() == before
+    for bad in ("0", "12", "three", "-1"):
+        with pytest.raises(practice.CannotGrade, match="BUGS"):
+            practice.mock(7, bad, hard=False)
+    assert sorted(p.name for p in (tmp_path / "practice").iterdir()) == ["round_1.py", "round_2.py"]
+    assert practice.default_file() == second  # grade and hint default to the newest round
+
+
+def test_default_file_without_rounds(tmp_path, monkeypatch):
+    monkeypatch.setattr(practice, "PRACTICE", tmp_path / "none")
+    with pytest.raises(practice.CannotGrade, match="make mock"):
+        practice.make_job(None)
+
+
+def test_header_and_clock():
+    info = practice.Round(7, 1, WHEN)
+    assert info.header() == "# GRPO practice round 7: 1 bug, drawn 2026-11-30 12:00:00 UTC."
+    assert practice.parse_header(info.header() + "\nx = 1\n") == info
+    assert practice.parse_header("# GRPO practice round 7: 12 bugs, drawn 2026-11-30 12:00:00 UTC.") is None
+    assert practice.parse_header('"""not a round"""') is None
+    assert practice.clock(info, WHEN + dt.timedelta(minutes=46, seconds=5)) == "46:05"
+
+
+# ----------------------------------------------------------------------------------------------
+# Verdicts and hints (on synthetic outcomes)
+
+
+def outcomes(**passed) -> dict:
+    """catalog outcomes for tests named like test_B6_B10_x=False."""
+    return {name: dict(ids=sorted(set(BUG_TOKEN.findall(name.replace("_", " ")))), passed=ok)
+            for name, ok in passed.items()}
+
+
+def test_a_shared_test_is_not_held_against_a_bug_whose_own_tests_pass():
+    both_broken = outcomes(test_B6_a=False, test_B10_a=False, test_B6_B10_a=False)
+    only_b10 = outcomes(test_B6_a=True, test_B10_a=False, test_B6_B10_a=False)
+    shared_only = outcomes(test_B6_a=True, test_B10_a=True, test_B6_B10_a=False)
+    fixed_both = outcomes(test_B6_a=True, test_B10_a=True, test_B6_B10_a=True)
+    assert practice.bug_status(both_broken, ["B6", "B10"]) == {"B6": False, "B10": False}
+    assert practice.bug_status(only_b10, ["B6", "B10"]) == {"B6": True, "B10": False}
+    assert practice.bug_status(shared_only, ["B6", "B10"]) == {"B6": False, "B10": False}
+    assert practice.bug_status(fixed_both, ["B6", "B10"]) == {"B6": True, "B10": True}
+    assert practice.bug_status(fixed_both, ["B3"]) == {"B3": False}, "a bug without any test is never 'fixed'"
+
+
+def test_level_one_never_names_a_function_and_stats_exist():
+    names = {n.name for n in ast.parse(handout()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    import grpo_buggy
+
+    table = getattr(grpo_buggy, "STATS", None) or grpo_buggy.DIAGNOSTICS
+    for b in catalog.BUGS:
+        assert b.symptom and b.stats and b.probe and b.fix, b.id
+        text = "\n".join(practice.hint_lines(b.id, 1))
+        assert not set(re.findall(r"\w+", text)) & names, (b.id, set(re.findall(r"\w+", text)) & names)
+        assert all(s in table for s in b.stats), b.id
+        assert b.function in "\n".join(practice.hint_lines(b.id, 2))
+        assert len(practice.hint_lines(b.id, 3)) > 2, f"no `# FIX {b.id}` line in grpo_fixed.py"
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_hints_name_only_remaining_bugs(level):
+    job = practice.Job(Path("x.py"), "", ["B2", "B6", "B10"], None, "", "")
+    result = dict(catalog=outcomes(test_B2_a=True, test_B6_a=True, test_B10_a=False, test_B6_B10_a=False,
+                                   test_B1_a=False), regressions=[])
+    lines, code = practice.hint(job, result, level)
+    assert code == 0 and set(BUG_TOKEN.findall("\n".join(lines))) == {"B10"}
+    done = dict(catalog=outcomes(test_B2_a=True, test_B6_a=True, test_B10_a=True, test_B6_B10_a=True), regressions=[])
+    lines, _ = practice.hint(job, done, level)
+    assert not BUG_TOKEN.findall("\n".join(lines))
+
+
+def test_spec_sentences_name_real_test_groups():
+    import test_spec
+
+    table = practice.spec_sentences()
+    assert len(table) >= 5
+    for group, sentence in table.items():
+        assert hasattr(test_spec, group), group
+        assert sentence.startswith('"') and sentence.endswith('"'), sentence
+
+
+def test_scratch_files_go_to_the_scratch_grader(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(practice, "scratch_grader", lambda: lambda path: calls.append(path) or 1)
+    assert practice.grade_command(["practice/scratch_4.py"]) == 1
+    assert calls == ["practice/scratch_4.py"]
+    monkeypatch.setattr(practice, "scratch_grader", lambda: None)
+    assert practice.grade_command(["practice/scratch_404.py"]) == 2  # no scratch grader: graded as any file
+    assert "no such file" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# The grader, end to end
+
+
+def test_grade_handout_fixed_some_fixes_and_regressions(tmp_path):
+    buggy, good = handout(), fixed()
+    some = practice.splice(buggy, good, ["sample_from_logits", "completion_logits"])  # B6 fixed, B10 not
+    round_1 = practice.round_source(1, 3, WHEN)
+    assert "B1" not in practice.draw(1, 3)  # sample_from_logits is fixed in this round
+    drop_generator = replace_once(round_1, "replacement=True, generator=generator)", "replacement=True)")
+    one_fixed = practice.splice(round_1, good, [catalog.bug(practice.draw(1, 3)[0]).function])
+    no_kl = re.sub(r"\n\s*kl=records\[-1\]\[\"kl\"\],", "", buggy, count=1)
+    assert no_kl != buggy
+    files = [practice.HANDOUT, practice.FIXED, write(tmp_path, "some.py", some),
+             write(tmp_path, "round_1_gen.py", drop_generator), write(tmp_path, "round_1_one.py", one_fixed),
+             write(tmp_path, "no_kl.py", no_kl)]
+    (h, f, s, gen, one, kl), code = grade(*files)
+    assert code == 1
+    assert h["code"] == 1 and h["status"] == {b: False for b in catalog.BUG_IDS} and h["regressions"] == []
+    assert h["lines"][-1] == f"0 of {len(catalog.BUG_IDS)} fixed, 0 regressions"
+    assert f["code"] == 0 and all(f["status"].values()) and f["regressions"] == []
+    assert {b for b, ok in s["status"].items() if ok} == {"B1", "B6"} and s["regressions"] == []
+    assert gen["status"] == {b: False for b in practice.draw(1, 3)}
+    assert len(gen["regressions"]) == 1 and "generator" in gen["regressions"][0], gen["regressions"]
+    assert {b for b, ok in one["status"].items() if ok} == {practice.draw(1, 3)[0]} and one["regressions"] == []
+    assert "since the round was drawn (the round is 45 minutes)" in one["lines"][-1]
+    assert one["lines"][-1].startswith("1 of 3 fixed, 0 regressions, ")
+    assert len(kl["regressions"]) == 1 and "kl" in kl["regressions"][0] and "training" in kl["regressions"][0]
+
+
+BAD = {  # name -> (edit of grpo_buggy.py, what the one line must say)
+    "syntax": (("    total = (values * mask).sum()", "    total = (values * mask).sum("), r":\d+: syntax error"),
+    "renamed": (("def group_advantage(", "def group_adv("), r"no function group_advantage"),
+    "signature": (("mask, clip: float = 0.2):", "mask, clip: float = 0.3):"), r"grpo_loss.*changed its signature"),
+    "raises": (("    total = (values * mask).sum()", "    raise RuntimeError('boom')"),
+               r"masked_mean \(line \d+\) raised RuntimeError in .*: boom"),
+    "typo": (("    total = (values * mask).sum()", "    total = (values * maskk).sum()"),
+             r"masked_mean \(line \d+\) raised NameError"),
+    "import": (("import torch.nn as nn\n", "import torch.nn as nn\nraise ImportError('nope')\n"),
+               r"importing it raised ImportError"),
+    "hang": (("    mask = mask.bool()\n    total", "    while True:\n        pass\n    total"),
+             r"masked_mean \(line \d+\) did not return .*time limit"),
+}
+
+
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path):
+    paths = [write(tmp_path, f"{name}.py", replace_once(handout(), *edit)) for name, (edit, _) in BAD.items()]
+    paths.append(tmp_path / "missing.py")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    results, code = grade(*paths, practice.HANDOUT)
+    assert code == 2
+    for result, (name, (_, pattern)) in zip(results, [*BAD.items(), ("missing", (None, "no such file"))],
+                                            strict=False):
+        assert result["code"] == 2 and len(result["lines"]) == 1, (name, result)
+        assert re.search(pattern, result["lines"][0]) and result["lines"][0].startswith("cannot grade "), (name, result)
+    assert results[-1]["code"] == 1, "a hang or crash in one file leaves the others gradable"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "grading wrote something (e.g. __pycache__)"
+
+
+def test_command_line_report_and_hint(tmp_path):
+    path = write(tmp_path, "round_4.py", practice.round_source(4, 3, WHEN))
+    drawn = practice.draw(4, 3)
+    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "grade", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert lines[: len(drawn)] == [f"{b} remaining" for b in drawn] and lines[len(drawn)] == "regressions: none"
+    assert re.fullmatch(r"0 of 3 fixed, 0 regressions, \d\d+:\d\d since the round was drawn "
+                        r"\(the round is 45 minutes\)", lines[-1])
+    for level in ("1", "3"):
+        proc = subprocess.run([sys.executable, "-m", "workbook.practice", "hint", str(path), "--level", level],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert set(BUG_TOKEN.findall(proc.stdout)) == set(drawn)
+    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "hint", str(path), "--level", "4"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "LEVEL" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", range(3))
+def test_every_round_unmodified_and_fixed(tmp_path, chunk):
+    """Rounds 0..19 with 3 bugs and one with all: as drawn, exactly the drawn bugs remain and nothing regressed;
+    with the fixed twin's versions of the drawn functions spliced in, every bug is fixed."""
+    mine = ROUNDS[chunk::3]
+    paths, drawn = [], []
+    for n, k in mine:
+        text = practice.round_source(n, k, WHEN)
+        spliced = practice.splice(text, fixed(), [catalog.bug(b).function for b in practice.draw(n, k)])
+        paths += [write(tmp_path, f"round_{n}.py", text), write(tmp_path, f"round_{n}_fixed.py", spliced)]
+        drawn.append(practice.draw(n, k))
+    results, _ = grade(*paths, timeout=1200)
+    for (as_drawn, done), bugs, (n, _) in zip(zip(results[::2], results[1::2], strict=True), drawn, mine, strict=True):
+        assert as_drawn["status"] == {b: False for b in bugs} and as_drawn["regressions"] == [], (n, as_drawn)
+        assert as_drawn["code"] == 1
+        assert done["status"] == {b: True for b in bugs} and done["regressions"] == [], (n, done)
+        assert done["code"] == 0

@@ -318,3 +318,16 @@ def test_a_check_cell_prints_only_its_own_line_under_nbval(tmp_path):
                             "--nbval-current-env", "--nbval-sanitize-with", str(ROOT / "notebooks/nbval_sanitize.cfg"),
                             str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert nbval.returncode == 0, nbval.stdout[-3000:]
+
+
+def test_animated_marks_artists_inside_containers():
+    from workbook.plots import animated
+
+    fig, ax = plt.subplots()
+    bars = animated(ax.bar([0, 1], [1, 2]))
+    lines = animated(ax.plot([0, 1], [0, 1], [0, 1], [1, 0]))
+    bar_container = animated(ax.errorbar([0, 1], [1, 2], yerr=[0.1, 0.2]))
+    title = animated(ax.set_title("x"))
+    assert all(p.get_animated() for p in bars) and all(line.get_animated() for line in lines)
+    assert bar_container.lines[0].get_animated() and all(c.get_animated() for c in bar_container.lines[2])
+    assert title.get_animated() and not ax.patch.get_animated()

@@ -1,4 +1,4 @@
-"""Plot helpers shared by the notebooks: one colour per twin, side-by-side axes, training curves."""
+"""Plot helpers shared by the notebooks: one colour per twin, side-by-side axes, training curves, animated artists."""
 
 from __future__ import annotations
 
@@ -34,6 +34,19 @@ def curves(ax, histories: dict, key: str, *, colors: dict | None = None, smooth:
     ax.set_ylabel(key)
     ax.legend(fontsize="small")
     return ax
+
+
+def animated(*artists):
+    """Mark artists animated=True (containers too: ax.bar's BarContainer, a list of lines) and return the
+    first argument: `bars = animated(ax.bar(xs, hs))`. In a live_plot (workbook.widgets) these are redrawn
+    alone over a cached background while the rest of the figure is unchanged: the fast path for axes of
+    fixed limits. Set limits once (ax.set_ylim) rather than autoscaling per frame."""
+    for artist in artists:
+        if isinstance(artist, list | tuple):  # matplotlib's containers are tuples (of tuples: errorbar)
+            animated(*artist)
+        elif artist is not None:
+            artist.set_animated(True)
+    return artists[0] if artists else None
 
 
 class figures_not_shown:  # noqa: N801  (used like a function: `with figures_not_shown(): ...`)

@@ -2,12 +2,14 @@
 # make test  : ruff, the test suite (browser tests skip without Debian's chromium), and nbval on every notebook
 # make bench : speed of token_logprobs against public implementations, and of the default CLI run
 # make mock  : a mock round, practice/round_N.py [ROUND=N] [BUGS=3|k|all] [HARD=1]; then make grade, make hint
+# make scratch : practice/scratch_N.py, the spec's functions as stubs to write [FUNCS=a,b|all]; then make grade FILE=
+# make drill  : the discussion drill in the terminal; make drill REPORT=1 shows your scores per topic
 
 PY := .venv/bin/python
 STAMP := .venv/.installed
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: venv lab test test-fast test-browser notebooks bench clean mock grade hint
+.PHONY: venv lab test test-fast test-browser notebooks bench clean mock grade hint scratch drill
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -50,6 +52,14 @@ grade: venv
 
 hint: venv
 	@$(PY) -m workbook.practice hint $(FILE) $(if $(LEVEL),--level $(LEVEL))
+
+# From scratch (workbook/scratch.py): `make grade FILE=practice/scratch_N.py` grades it sentence by sentence.
+scratch: venv
+	@$(PY) -m workbook.scratch new $(if $(FUNCS),--funcs "$(FUNCS)")
+
+# The discussion drill (workbook/drill.py, bank in workbook/questions.toml; scores in practice/drill_scores.json).
+drill: venv
+	@$(PY) -m workbook.drill $(if $(filter-out 0,$(REPORT)),--report)
 
 bench: venv
 	$(PY) bench/run.py

@@ -1,0 +1,852 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 — Off-policy in practice: sampler numerics, stale rollouts, effective sample size
+#
+# **The interview question.** *"Your trainer recomputes the old log-probs, so the ratio is exactly 1 at
+# the first inner step. Is the update on-policy? And if the rollouts come from an asynchronous worker
+# whose weights are a few updates behind, which policy should the clip be anchored to?"*
+#
+# Notebook 02 §2 showed why the ratio is exactly 1 at the first inner step when the old log-probs are
+# cached once. That 1 says the trainer agrees with *itself*; it says nothing about the policy that drew the
+# samples. In production the two differ in two ways, and this notebook measures both on the twins:
+#
+# 1. **Sampler vs trainer numerics.** The inference engine computes logits in a lower precision than the
+#    float32 trainer. We swap the twins' `generate` for one that samples from logits rounded to bfloat16
+#    (or float16, float8), measure the mismatch per token and the bias it puts into the gradient
+#    (exactly, by enumerating every completion), and correct it with truncated importance sampling.
+# 2. **Stale rollouts.** The samples come from the policy as it was k updates ago. We anchor the clip to
+#    that stale policy or to the current one, with and without the importance weight, and compare
+#    rewards and clip fractions for k = 0, 1, 2, 4.
+# 3. **Effective sample size** of the importance weights, the one statistic that shows both, logged per
+#    iteration like the twins' own statistics.
+#
+# Each section gives the switch's name in TRL and in verl, quoted from the file and version we read, and
+# ends with a catalog-style note: symptom, the statistic that shows it, the fix. The code being taught
+# (the truncated weight, the corrected loss, the ESS) is in the cells below; `workbook/off_policy.py` only
+# swaps functions of a fresh `grpo_fixed` copy (`catalog.swapped`), runs and caches the training runs,
+# enumerates completions and draws.
+
+# %%
+import logging
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+
+import grpo_fixed
+import workbook  # noqa: F401  (one torch thread)
+from workbook import off_policy as op
+from workbook.widgets import live_plot, set_value, slider
+
+logging.getLogger("grpo").setLevel(logging.ERROR)  # the mismatch runs fail a health check every iteration
+started = time.perf_counter()
+task = grpo_fixed.EchoTask()
+CAP = 2.0  # truncation C of the importance weights: verl's default rollout_is_threshold (quoted in section 1)
+print(f"every training run: {op.SHORT['steps']} iterations of {op.SHORT['prompts_per_batch']} prompts x "
+      f"{grpo_fixed.Config.group_size} samples; truncation C = {CAP}")
+
+# %% [markdown]
+# ## 1. Sampler vs trainer numerics
+#
+# **Question.** The rollout engine returns tokens and their log-probs computed from bfloat16 logits; the
+# trainer recomputes the log-probs in float32 and caches them as π_old. The first inner step sees
+# ρ = π_θ/π_old = 1 exactly. Is the update on-policy?
+#
+# **Key equations.** With logits z and temperature T, the trainer's policy is p = softmax(z/T) and the
+# sampler's is q = softmax(round(z)/T). At ρ = 1 the clipped surrogate's gradient is the plain policy
+# gradient, but averaged over the samples the batch actually holds:
+#
+# $$\underbrace{\mathbb{E}_{y\sim q}\big[A(y)\,\nabla\log p(y)\big]}_{\text{what the update estimates}}
+# \;\neq\; \underbrace{\mathbb{E}_{y\sim p}\big[A(y)\,\nabla\log p(y)\big]}_{\text{the policy gradient}}
+# \quad\text{unless } q = p .$$
+#
+# The mismatch per token is KL(q ‖ p) = E_q[log q − log p]; on the sampled tokens, with w = p(y_t)/q(y_t),
+# the k3 estimator w − 1 − log w (notebook 04 §2) estimates it without bias because E_q[w] = 1. The fix
+# reweights each token by the importance weight, truncated at C so that one token cannot dominate
+# (truncated importance sampling, TIS):
+#
+# $$w_t = \min\!\Big(\frac{p(y_t)}{q(y_t)},\, C\Big),\qquad
+# L = -\operatorname{mean}_t\, w_t \min\big(\rho_t A,\
+# \operatorname{clip}(\rho_t, 1-\varepsilon, 1+\varepsilon) A\big).$$
+#
+# **The switches** (each quoted from the file we read; option names move between versions, so check yours):
+#
+# <table>
+# <tr><th>framework, file read</th><th>switch</th><th>what it does, in its own words</th></tr>
+# <tr><td>TRL, <code>trl/trainer/grpo_config.py</code> at commit <code>006d32c</code> (main, 2026; its
+# <code>VERSION</code> file is not stored at that commit)</td>
+# <td><code>vllm_importance_sampling_correction</code> (default <code>True</code>),
+# <code>vllm_importance_sampling_mode</code> (default <code>"sequence_mask"</code>; also
+# <code>"token_truncate"</code>, <code>"token_mask"</code>, <code>"sequence_truncate"</code>),
+# <code>vllm_importance_sampling_cap</code> (default <code>3.0</code>)</td>
+# <td>"Whether to apply Importance Sampling (IS) to correct for the mismatch between vLLM completion logprobs
+# and recomputed training logprobs"; "For <code>*_truncate</code> modes, importance ratios are clipped from
+# above at C. For <code>*_mask</code> modes, ratios larger than C are set to zero." (The docstring still calls
+# <code>"token_truncate"</code> the default; the field's default is <code>"sequence_mask"</code>.)</td></tr>
+# <tr><td>verl, <code>docs/algo/rollout_corr.md</code> at commit <code>b54386e</code></td>
+# <td><code>algorithm.rollout_correction.rollout_is</code> (<code>token</code>, <code>sequence</code> or null),
+# <code>algorithm.rollout_correction.rollout_is_threshold</code> (default <code>2.0</code>), with
+# <code>actor_rollout_ref.rollout.calculate_log_probs: true</code> ("REQUIRED")</td>
+# <td>"Truncates IS weights via <code>.clamp(max=rollout_is_threshold)</code> (TIS: Truncated Importance
+# Sampling)"; token level, decoupled mode: "ρ_t = π_old(t)/π_rollout(t)"</td></tr>
+# <tr><td>verl, older: <code>verl/trainer/config/_generated_ppo_trainer.yaml</code> at commit
+# <code>b2df6f8</code></td>
+# <td><code>actor_rollout_ref.actor.tis_imp_ratio_cap: -1</code> (−1: off)</td>
+# <td>removed since: "The old <code>tis_imp_ratio_cap</code> parameter is completely removed"
+# (<code>docs/advance/rollout_is_migration.md</code> at commit <code>87759e5</code>)</td></tr>
+# </table>
+#
+# **Tiny input.** Five logits, scaled by s to make the policy sharper, rounded to each precision. The
+# trainer's p, the sampler's q, the weight p/q per token and KL(q ‖ p), exactly:
+
+# %%
+LOGITS = torch.tensor([2.0, 1.4, 0.3, -1.1, -2.6])  # (V,) the tiny input
+REWARDS = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0])  # (V,) only the second token is rewarded
+
+
+def exact_kl(logq, logp):
+    """KL(q || p) = sum_y q(y) (log q(y) - log p(y)) for log-prob vectors (V,)."""
+    return (logq.exp() * (logq - logp)).sum().item()
+
+
+weights = {}  # (scale, precision) -> (V,) p/q
+for scale in (1.0, 8.0):
+    z = scale * LOGITS
+    logp = torch.log_softmax(z, -1)
+    print(f"s = {scale:g}: trainer p = " + " ".join(f"{v:.5f}" for v in logp.exp()))
+    for name in ("bfloat16", "float8_e4m3fn"):
+        logq = torch.log_softmax(op.round_to(z, op.PRECISIONS[name]), -1)
+        weights[scale, name] = (logp - logq).exp()
+        print(f"  {name:13s} q = " + " ".join(f"{v:.5f}" for v in logq.exp())
+              + "   p/q = " + " ".join(f"{v:.4f}" for v in weights[scale, name])
+              + f"   KL(q||p) = {exact_kl(logq, logp):.2e}")
+
+# %% [markdown]
+# Rounding to nearest with p significant bits moves a number by at most a fraction u = 2⁻ᵖ of itself
+# (half the spacing 2^(e+1−p) of the binade [2^e, 2^(e+1)) it lies in): bfloat16 keeps p = 8 bits
+# (u = 0.39%), float16 11, float8 e4m3 only 4 (u = 6.25%). The error of a logit therefore grows with the
+# logit (for numbers in the format's normal range: |z| ≥ 2⁻⁶ for float8 e4m3, below that the relative
+# error grows), and a sharper policy (larger logits) is sampled less faithfully: the weights p/q spread over
+# 0.993 to 1.001 at s = 1 and over 0.95 to 1.013 at s = 8 with bfloat16, and float8 reaches 0.45 at
+# s = 8. The bound, checked on 10,000 random logits:
+
+# %%
+x = 20 * torch.randn(10_000, generator=torch.Generator().manual_seed(0))  # logits of any size
+for name, bits in (("bfloat16", 8), ("float16", 11), ("float8_e4m3fn", 4)):
+    normal = x.abs() >= torch.finfo(op.PRECISIONS[name]).tiny  # the bound holds for normal numbers
+    worst = ((op.round_to(x, op.PRECISIONS[name]) - x).abs() / x.abs())[normal].max().item()
+    print(f"{name:13s} p = {bits:2d}: largest relative rounding error {worst:.5f} <= u = 2^-{bits} = {2.0**-bits:.5f}"
+          f"  ({int(normal.sum())} of {len(x)} logits in the normal range)")
+    assert worst <= 2.0**-bits
+w1, w8 = weights[1.0, "bfloat16"], weights[8.0, "bfloat16"]
+assert 0.99 < w1.min() and w1.max() < 1.002 and 0.95 < w8.min() < 0.96 and 1.01 < w8.max() < 1.02
+assert 0.44 < weights[8.0, "float8_e4m3fn"].min() < 0.46
+
+# %% [markdown]
+# The weights p/q are the correction. The code, and the exact expected update of the five logits (a sum
+# over the vocabulary, no sampling) for a policy that is sampled from q and trained as p:
+
+# %%
+def tis_weight(logp_trainer, logp_sampler, cap):
+    """w_t = min(pi_trainer(y_t) / pi_sampler(y_t), C), from log-probs; a constant (no gradient)."""
+    return torch.exp(logp_trainer - logp_sampler).detach().clamp(max=cap)
+
+
+def expected_update(logits, sampler_logits, rewards, weight):
+    """E_{y~q}[W(y) (r(y) - b_q) grad_z log p(y)] over one categorical, exactly (a sum over V, no sampling).
+    p = softmax(logits), q = softmax(sampler_logits), b_q = E_q[r] (what a group mean of q's samples
+    estimates), W = weight(log p, log q). With q = p and W = 1 it is the exact policy gradient. -> (V,)"""
+    z = logits.clone().requires_grad_(True)
+    logp, logq = torch.log_softmax(z, -1), torch.log_softmax(sampler_logits, -1)  # (V,)
+    coefficient = logq.exp() * weight(logp.detach(), logq) * (rewards - (logq.exp() * rewards).sum())  # (V,)
+    (coefficient * logp).sum().backward()  # grad = sum_y coefficient_y * grad log p(y)
+    return z.grad
+
+
+def relative_error(g, g_true):
+    return ((g - g_true).norm() / g_true.norm()).item()
+
+
+NO_WEIGHT = lambda logp, logq: torch.ones_like(logp)  # noqa: E731  (the uncorrected update)
+z = 8.0 * LOGITS
+z_fp8 = op.round_to(z, op.PRECISIONS["float8_e4m3fn"])
+g_true = expected_update(z, z, REWARDS, NO_WEIGHT)
+g_naive = expected_update(z, z_fp8, REWARDS, NO_WEIGHT)
+print("policy gradient       " + " ".join(f"{v:+.5f}" for v in g_true))
+print("uncorrected, q = fp8  " + " ".join(f"{v:+.5f}" for v in g_naive)
+      + f"   relative error {relative_error(g_naive, g_true):.4f}")
+for cap in (1.0, CAP):
+    g_tis = expected_update(z, z_fp8, REWARDS, lambda logp, logq, c=cap: tis_weight(logp, logq, c))
+    print(f"TIS, C = {cap:<4g}         " + " ".join(f"{v:+.5f}" for v in g_tis)
+          + f"   relative error {relative_error(g_tis, g_true):.4f}")
+
+# %%
+push = (g_naive[1] / g_true[1]).item()
+g_cap1 = expected_update(z, z_fp8, REWARDS, lambda logp, logq: tis_weight(logp, logq, 1.0))
+g_cap2 = expected_update(z, z_fp8, REWARDS, lambda logp, logq: tis_weight(logp, logq, CAP))
+print(f"uncorrected push on the rewarded logit / the policy gradient's: {push:.3f}; "
+      f"largest weight p/q {weights[8.0, 'float8_e4m3fn'].max():.4f}")
+assert 0.80 < push < 0.84 and relative_error(g_cap2, g_true) < 1e-6
+assert abs(relative_error(g_cap1, g_true) - relative_error(g_naive, g_true)) < 1e-3
+
+# %% [markdown]
+# The uncorrected update credits each token in proportion to how often the *sampler* draws it: the
+# rewarded token, drawn with q = 0.00669 instead of p = 0.00816, gets 18% too little push (the relative
+# error 0.18 above). On one token the untruncated weight p/q turns E_q back into E_p exactly, so TIS with C = 2,
+# above every weight here (the largest is 1.22), removes the bias up to float rounding. C = 1 removes
+# nothing: the weight that mattered is the rewarded token's 1.22, and capping it at 1 gives back the
+# uncorrected update. Truncation is only harmless when C sits above the weights that carry the signal.
+#
+# **Slider.** The sharpness s of the policy, the sampler's precision, and C. Left: the weights p/q per
+# token against C; right: the three expected updates of the five logits.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+SCALES = [0.5 * i for i in range(1, 17)]  # 0.5 .. 8
+fig_bias, (ax_w, ax_g) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
+bars_w = ax_w.bar(range(5), [1.0] * 5, color="0.6")
+cap_line = ax_w.axhline(CAP, color="tab:red", ls="--", label="C")
+ax_w.axhline(1.0, color="0.3", lw=0.8)
+ax_w.set(xlabel="token", ylabel="weight p/q", ylim=(0.4, 2.6), title="per-token weight")
+ax_w.legend(fontsize="small", loc="upper right")
+grad_bars = {name: ax_g.bar([i + 0.27 * (j - 1) for i in range(5)], [0.0] * 5, width=0.27, label=name, color=color)
+             for j, (name, color) in enumerate((("policy gradient", "0.3"), ("uncorrected", "tab:orange"),
+                                                ("TIS", "tab:blue")))}
+ax_g.axhline(0.0, color="0.3", lw=0.8)
+ax_g.set(xlabel="token", ylabel="d/dz", title="expected update of each logit")
+ax_g.legend(fontsize="small", loc="lower right")
+
+
+def update_bias(scale, precision, cap):
+    z = scale * LOGITS
+    z_q = op.round_to(z, op.PRECISIONS[precision])
+    logp, logq = torch.log_softmax(z, -1), torch.log_softmax(z_q, -1)
+    for bar, w in zip(bars_w, (logp - logq).exp(), strict=True):
+        bar.set_height(w.item())
+    cap_line.set_ydata([cap, cap])
+    grads = {"policy gradient": expected_update(z, z, REWARDS, NO_WEIGHT),
+             "uncorrected": expected_update(z, z_q, REWARDS, NO_WEIGHT),
+             "TIS": expected_update(z, z_q, REWARDS, lambda lp, lq: tis_weight(lp, lq, cap))}
+    for name, g in grads.items():
+        for bar, v in zip(grad_bars[name], g, strict=True):
+            bar.set_height(v.item())
+    top = max(g.abs().max().item() for g in grads.values())
+    ax_g.set_ylim(-1.15 * top, 1.15 * top)
+    return {"kl": exact_kl(logq, logp), "w_max": (logp - logq).exp().max().item(),
+            "uncorrected": relative_error(grads["uncorrected"], grads["policy gradient"]),
+            "tis": relative_error(grads["TIS"], grads["policy gradient"])}
+
+
+w_bias = live_plot(fig_bias, update_bias, scale=op.choice(SCALES, 4.0, "sharpness s"),
+                   precision=op.choice(list(op.PRECISIONS), "bfloat16", "sampler"),
+                   cap=slider(CAP, 1.0, 3.0, 0.1, "C"))
+display(w_bias)
+
+# %%
+checks = {}
+for scale, precision, cap in ((4.0, "bfloat16", CAP), (8.0, "bfloat16", CAP), (8.0, "float8_e4m3fn", CAP),
+                              (8.0, "float8_e4m3fn", 1.0)):
+    set_value(w_bias, "sharpness s", scale)
+    set_value(w_bias, "sampler", precision)
+    r = checks[scale, precision, cap] = set_value(w_bias, "C", cap)
+    print(f"s = {scale:g}, {precision:13s}, C = {cap:g}: KL(q||p) {r['kl']:.2e}, max weight {r['w_max']:.4f}, "
+          f"relative error: uncorrected {r['uncorrected']:.4f}, TIS {r['tis']:.2e}")
+assert f"{checks[4.0, 'bfloat16', CAP]['uncorrected']:.3f}" == "0.005"
+assert f"{checks[8.0, 'bfloat16', CAP]['uncorrected']:.3f}" == "0.012"
+assert checks[8.0, "bfloat16", CAP]["kl"] < checks[4.0, "bfloat16", CAP]["kl"]  # KL not monotone in s
+assert checks[8.0, "float8_e4m3fn", 1.0]["tis"] > 0.17 and checks[8.0, "float8_e4m3fn", CAP]["tis"] < 1e-6
+
+# %% [markdown]
+# With bfloat16 the uncorrected update is off by 0.5% at s = 4 and 1.2% at s = 8; with float8 at s = 8 by
+# 18%, and C = 1 brings all of it back. The mismatch KL is not monotone in s (at s = 8 almost all
+# of q's mass is on one token, whose logit rounds well), so read the weights and the bias, not only the KL.
+
+# %% [markdown]
+# ### 1b. On the twins: one rollout batch, and the exact gradient bias
+#
+# Now the twins' own policy after the 30 iterations of the plain (float32) training run used below, and
+# one rollout batch of 64 prompts × 8 samples per sampler precision through the twins' `rollout` with
+# the swapped `generate`. The trainer's π_old and the sampler's log-probs are both in the batch; their
+# difference is log w on every sampled token.
+
+# %%
+def mismatch_kl(log_w):
+    """k3 estimate of KL(pi_sampler || pi_trainer) per token from log w = log pi_trainer - log pi_sampler
+    on tokens the sampler drew: mean(w - 1 - log w), unbiased because E_sampler[w] = 1."""
+    return (log_w.exp() - 1 - log_w).mean().item()
+
+
+policy = op.run_mismatch("float32")["policy"]
+batches = {name: op.sampler_batch(policy, name) for name in op.PRECISIONS}
+batch = batches["float32"][0]
+largest = grpo_fixed.completion_logits(policy, batch["prompts"], batch["completions"]).abs().max().item()
+LOGPROB_CHECK = "training log-probs match the sampler"  # the twins' check on stats["logprob_gap"]
+print(f"largest |logit| of the trained policy on this batch: {largest:.2f}; the check's healthy range for "
+      f"logprob_gap: <= {grpo_fixed.STATS['logprob_gap'].hi:g}")
+print(f"{'sampler':13s} | {'KL(q||p)/token':>14} {'max |log w|':>11} {'w range':>15} | logprob_gap  health check")
+twin_mismatch = {}
+for name, (batch, stats) in batches.items():
+    log_w = op.log_weights(batch)
+    fires = not grpo_fixed.HEALTH_CHECKS[LOGPROB_CHECK](stats, None)
+    twin_mismatch[name] = dict(kl=mismatch_kl(log_w), max_abs=log_w.abs().max().item(), fires=fires)
+    print(f"{name:13s} | {mismatch_kl(log_w):14.2e} {log_w.abs().max():11.4f} "
+          f"{log_w.exp().min():7.4f}-{log_w.exp().max():.4f} | {stats['logprob_gap']:.2e}    "
+          f"{'fires' if fires else 'quiet'}")
+m = twin_mismatch
+assert 4 < largest < 8 and 1e-6 < m["bfloat16"]["kl"] < 1e-5 and 0.015 < m["bfloat16"]["max_abs"] < 0.021
+assert m["float8_e4m3fn"]["kl"] > 100 * m["bfloat16"]["kl"] and m["bfloat16"]["kl"] > 30 * m["float16"]["kl"]
+assert [m[name]["fires"] for name in op.PRECISIONS] == [False, True, True, True]
+
+# %% [markdown]
+# The bfloat16 sampler differs from the trainer by about 10⁻⁶ nats per token on average, with single
+# tokens off by up to 2% in probability; float16 is more than 30 times closer, float8 more than 100 times
+# further. The twins' own health check "training log-probs match the sampler" (its `logprob_gap` bound,
+# written for bugs like B10) fires on every lower-precision sampler. That is the right alarm for a trainer
+# that samples itself; a trainer with a separate inference engine replaces the bound by a budget for the
+# mismatch it accepts, and logs the mismatch KL beside it (section 3 adds it as a statistic).
+#
+# **The gradient bias, exactly.** EchoTask is small enough to enumerate: 25 prompts × 781 distinct
+# completions. `op.exact_gradients` computes the expected update over every (prompt, completion) pair
+# with its exact probability, for the policy gradient and for updates from the rounded sampler with each
+# weighting below (no sampling noise at all). The sequence-level weight is the product of the token
+# weights, Π_t p(y_t)/q(y_t) = p(y)/q(y).
+
+# %%
+WEIGHTINGS = {
+    "uncorrected": NO_WEIGHT,
+    f"token TIS C={CAP:g}": lambda logp, logq: tis_weight(logp, logq, CAP),
+    "token IS (no cap)": lambda logp, logq: tis_weight(logp, logq, math.inf),
+    "sequence IS (no cap)": lambda logp, logq: tis_weight(logp.sum(-1, keepdim=True), logq.sum(-1, keepdim=True),
+                                                          math.inf).expand_as(logp),
+}
+print(f"relative error |g - g_true| / |g_true| of the expected update, policy after {op.SHORT['steps']} iterations")
+print(f"{'sampler':13s} | " + " ".join(f"{name:>20s}" for name in WEIGHTINGS))
+bias = {}
+for name in ("bfloat16", "float16", "float8_e4m3fn"):
+    grads = op.exact_gradients(policy, task, op.PRECISIONS[name], grpo_fixed.Config.temperature, WEIGHTINGS)
+    bias[name] = {w: op.relative_error(grads[w], grads["true"]) for w in WEIGHTINGS}
+    print(f"{name:13s} | " + " ".join(f"{bias[name][w]:20.2e}" for w in WEIGHTINGS))
+token_share = {name: b[f"token TIS C={CAP:g}"] / b["uncorrected"] for name, b in bias.items()}
+print("token-level bias left, as a fraction of the uncorrected: "
+      + ", ".join(f"{name} {share:.2f}" for name, share in token_share.items()))
+assert f"{bias['bfloat16']['uncorrected']:.1%}" == "0.2%" and f"{bias['float8_e4m3fn']['uncorrected']:.1%}" == "3.7%"
+assert all(0.25 < share < 0.5 for share in token_share.values())
+assert all(b[f"token TIS C={CAP:g}"] == b["token IS (no cap)"] and b["sequence IS (no cap)"] < 1e-6
+           for b in bias.values())
+
+# %% [markdown]
+# On the trained policy the uncorrected update is off by 0.2% of its length with a bfloat16 sampler
+# and by 3.7% with float8. Token-level weights remove between half and three quarters of it, and no more:
+# the sequence's advantage is credited to every token, but each token is reweighted only for its own
+# mismatch, not for those of the tokens before it that decided which prefix it was drawn in. The
+# sequence-level weight p(y)/q(y) removes the bias completely (it is the exact importance weight, and
+# the table shows float rounding) at the price of a variance that grows with the length (section 3).
+# C = 2 never binds here (the weights stay below 1.2), so the capped and uncapped token columns agree.
+# Both frameworks offer both levels (TRL's `token_*` / `sequence_*` modes, verl's `rollout_is: token |
+# sequence`). The bias is small next to the noise of one batch, but it does not average out over steps:
+# it points the same way every time the same tokens are rounded the same way.
+#
+# **Training comparison.** 30 iterations per sampler, seed 0, and TIS (C = 2) on the float8 sampler; the
+# float32 run is the plain twin. Seeds 1 and 2 of the float32 run give the seed-to-seed spread.
+
+# %%
+def tis_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip, cap):
+    """Clipped surrogate with truncated IS from the sampler to the trainer's pi_old (decoupled):
+    L = -mean_t w_t min(rho_t A, clip(rho_t, 1-eps, 1+eps) A),  rho_t = pi_theta / pi_old,
+    w_t = min(pi_old(y_t) / pi_sampler(y_t), C).  logprobs, old, sampler, mask (N, T); advantages (N,)."""
+    w = tis_weight(old_logprobs, sampler_logprobs, cap)  # (N, T)
+    ratio = torch.exp(logprobs - old_logprobs.detach())  # (N, T)
+    adv = advantages.detach()[:, None]  # (N, 1)
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)  # (N, T)
+    return -grpo_fixed.masked_mean(w * surrogate, mask)
+
+
+# the same batch through both losses: equal when the sampler is the trainer (w = 1)
+batch = batches["float32"][0]
+args = (batch["old_logprobs"] + 0.1, batch["old_logprobs"], batch["sampler_logprobs"], batch["advantages"],
+        batch["mask"], 0.2)
+tis_value, plain_value = tis_grpo_loss(*args, CAP).item(), grpo_fixed.grpo_loss(*args[:2], *args[3:]).item()
+print(f"float32 sampler: tis_grpo_loss {tis_value:.6f}, grpo_loss {plain_value:.6f}")
+assert abs(tis_value - plain_value) < 1e-7
+
+# %%
+mismatch_runs = {"float32": op.run_mismatch("float32"), "bfloat16": op.run_mismatch("bfloat16"),
+                 "float8": op.run_mismatch("float8_e4m3fn"),
+                 "float8 + TIS": op.run_mismatch("float8_e4m3fn", tis_grpo_loss, CAP)}
+spread = [op.final_reward(op.run_mismatch("float32", seed=seed)) for seed in (0, 1, 2)]
+for label, run in mismatch_runs.items():
+    kl = [mismatch_kl(lw) for lw in run["log_w"]]
+    fails = sum("training log-probs match the sampler" in s["health"] for s in run["history"])
+    print(f"{label:13s} final reward {op.final_reward(run):.3f}   mismatch KL/token {sum(kl) / len(kl):.2e}   "
+          f"ratio at first step max |rho - 1| {max(s['ratio_first_maxdev'] for s in run['history']):.1e}   "
+          f"logprob check failed {fails}/{len(run['history'])}")
+print("float32, seeds 0 1 2: final reward " + " ".join(f"{x:.3f}" for x in spread))
+h = {label: run["history"] for label, run in mismatch_runs.items()}
+assert all(s["ratio_first_maxdev"] == 0.0 for run in h.values() for s in run)
+assert [sum(LOGPROB_CHECK in s["health"] for s in run) for run in h.values()] == [0, 30, 30, 30]
+deviation = max(abs(op.final_reward(run) - op.final_reward(mismatch_runs["float32"])) for run in mismatch_runs.values())
+print(f"largest |final reward - float32's|: {deviation:.3f}; float32 seed spread {max(spread) - min(spread):.3f}")
+assert f"{deviation:.3f}" == "0.028" and deviation < (max(spread) - min(spread)) / 4
+
+fig, (ax_r, ax_kl) = op.new_figure()
+op.curves_by(ax_r, mismatch_runs, "reward", smooth=3, ylabel="reward (3-iteration mean)")
+for label, run in mismatch_runs.items():
+    if label != "float32":
+        ax_kl.plot([mismatch_kl(lw) for lw in run["log_w"]], label=label)
+ax_kl.set(yscale="log", xlabel="iteration", ylabel="mismatch KL per token")
+ax_kl.legend(fontsize="small")
+plt.show()
+
+# %% [markdown]
+# The first inner step's ratio is exactly 1 in every run (max |ρ − 1| = 0), so the twins' check "ratio
+# == 1 at the first inner step" cannot see any of this; the sampler check fails in all 30 iterations of
+# every lower-precision run. On this toy the mismatch does not change the outcome: the final rewards
+# differ from the float32 run's by at most 0.028, less than a quarter of the spread between three float32
+# seeds (0.117), and TIS on the float8 sampler does not change that. The bias is a few percent of the
+# update at most (the table above), and EchoTask's four-token completions give it little room to
+# compound. The reported collapses from this mismatch come from long completions, large vocabularies and
+# rare tokens with p ≪ q, where weights are far from 1; a 6-token toy cannot reach that regime, so here
+# we measure the mismatch rather than show a collapse.
+#
+# > **You should know.**
+# > - ρ = 1 at the first step only means the trainer agrees with itself. The samples came from the
+# >   sampler's q; the update estimates E_q[A ∇log p], not the policy gradient.
+# > - Measure the gap on the sampled tokens: log w = log p − log q, its k3 mean (KL per token), its
+# >   extremes. bfloat16 here: about 10⁻⁶ nats per token and single tokens 2% off; the weights spread
+# >   further as the logits grow (a sharper policy).
+# > - TIS multiplies each token's loss by min(p/q, C). Token-level weights are biased for sequence
+# >   rewards (they left a quarter to a half of the bias above); sequence-level weights are unbiased,
+# >   with a variance that grows with the length. C trades the remaining bias against variance, and a
+# >   C below the weights that carry the signal undoes the correction.
+#
+# **Catalog note.** *Symptom:* training drifts or collapses only with the fast inference engine, or after
+# changing its precision, while the ratio at the first step is exactly 1. *Statistic:* KL(π_sampler ‖
+# π_trainer) per token (k3 of log w) and max |log w| on the sampled tokens (the twins' `logprob_gap`).
+# *Fix:* correct with truncated importance sampling (TRL `vllm_importance_sampling_correction`, verl
+# `rollout_correction.rollout_is`), and reduce the mismatch at the source: compute the logits in float32
+# (TRL's `cast_lm_head_to_fp32`, same `grpo_config.py`: "Whether to cast the language modeling head of the
+# policy and reference models to float32").
+
+# %% [markdown]
+# ## 2. Stale rollouts
+#
+# **Question.** An asynchronous rollout worker generates with weights that are k updates behind the
+# trainer. The batch carries the worker's log-probs. Which policy is π_old in the ratio: the stale one
+# that sampled (the behaviour policy μ), or the current one?
+#
+# **Key equations.** Three choices, each one line of the loss:
+#
+# | anchor | ratio ρ_t | extra weight | |
+# |---|---|---|---|
+# | behaviour | π_θ / μ | none | the clip window is centred on a policy k updates old |
+# | current | π_θ / π_cur | none | window centred where the trainer is; the data's distribution μ is ignored |
+# | current + TIS | π_θ / π_cur | min(π_cur / μ, C) | decoupled PPO: window on π_cur, data reweighted from μ |
+#
+# Here π_cur is the current policy before this batch's update (recomputed by the trainer: ρ = 1 at the
+# first inner step), and one "update" is one iteration of the twins (one `update_policy` call, 4 optimizer
+# steps with the default 2 epochs × 2 minibatches). The runner keeps copies of the last k + 1 policies
+# and samples from the oldest.
+#
+# **The switches.**
+#
+# <table>
+# <tr><th>framework, file read</th><th>switch</th><th>what it does, in its own words</th></tr>
+# <tr><td>verl, <code>docs/advance/fully_async.md</code> at commit <code>ca44f95</code> (dated 12/25/2025),
+# the fully async recipe</td>
+# <td><code>async_training.staleness_threshold</code>, <code>async_training.trigger_parameter_sync_step</code>,
+# <code>async_training.use_rollout_log_probs</code>, <code>async_training.compute_prox_log_prob</code>
+# (experimental)</td>
+# <td>staleness_threshold: "the maximum proportion of stale samples allowed to be used" (0: synchronous);
+# use_rollout_log_probs: "In the fully async strategy, we default to old_log_prob being calculated by rollout
+# rather than by trainer" (the behaviour anchor); compute_prox_log_prob, with rollout importance sampling,
+# "approximates Areal's Decoupled PPO" (the current anchor + IS)</td></tr>
+# <tr><td>verl, <code>docs/algo/rollout_corr.md</code> at commit <code>b54386e</code></td>
+# <td><code>algorithm.rollout_correction.bypass_mode</code> (named <code>bypass_old_logprob_for_rollout</code>
+# in <code>docs/advance/rollout_corr.md</code> at <code>0fe72c5</code>)</td>
+# <td>bypass: "Two policies (π_rollout = π_old, π_θ) using actual rollout policy as PPO anchor"; decoupled
+# (false): "Three policies (π_rollout, π_old, π_θ) with IS correction from π_rollout to π_old"</td></tr>
+# <tr><td>TRL, <code>trl/trainer/grpo_config.py</code> at commit <code>006d32c</code></td>
+# <td><code>steps_per_generation</code>, <code>num_iterations</code></td>
+# <td><code>num_iterations</code>: "Number of iterations per batch (denoted as μ in the algorithm)";
+# <code>steps_per_generation</code>: "Number of steps per generation": one generation batch feeds several
+# optimizer steps, so the later ones train on samples from an older policy. We found no
+# asynchronous-generation switch in that file.</td></tr>
+# </table>
+#
+# **Tiny input.** One token with A = +1 whose probability the current policy has already raised to 1.3 ×
+# the behaviour policy's, and one with A = −1 lowered to 0.7 ×. The twins' `grpo_loss` (ε = 0.2) and its
+# gradient at the first inner step, θ = current policy:
+
+# %%
+def first_step(old_logprob, logprob, adv, sampler_logprob=None):
+    """Loss and d loss / d log pi_theta of one token at the first inner step (pi_theta = current policy).
+    With sampler_logprob, the TIS loss of section 1; otherwise the twins' grpo_loss."""
+    logp = torch.tensor([[logprob]], requires_grad=True)  # (1, 1)
+    old, mask, a = torch.tensor([[old_logprob]]), torch.ones(1, 1, dtype=torch.bool), torch.tensor([adv])
+    if sampler_logprob is None:
+        loss = grpo_fixed.grpo_loss(logp, old, a, mask, 0.2)
+    else:
+        loss = tis_grpo_loss(logp, old, torch.tensor([[sampler_logprob]]), a, mask, 0.2, CAP)
+    loss.backward()
+    return loss.item(), logp.grad.item()
+
+
+for adv, factor in ((+1.0, 1.3), (-1.0, 0.7)):
+    log_mu, log_cur = math.log(0.2), math.log(0.2 * factor)  # behaviour 0.2, current 0.2 * factor
+    rows = {"behaviour": first_step(log_mu, log_cur, adv), "current": first_step(log_cur, log_cur, adv),
+            "current + TIS": first_step(log_cur, log_cur, adv, sampler_logprob=log_mu)}
+    print(f"A = {adv:+.0f}, pi_cur / mu = {factor}: " + "   ".join(
+        f"{name}: rho {math.exp(log_cur - (log_mu if name == 'behaviour' else log_cur)):.2f}, "
+        f"dL/dlogp {grad:+.3f}" for name, (_, grad) in rows.items()))
+    grads = [grad for _, grad in rows.values()]
+    assert grads[0] == 0.0 and abs(grads[1] + adv) < 1e-6 and abs(grads[2] + adv * factor) < 1e-6
+
+# %% [markdown]
+# Anchored at the behaviour policy, both tokens start *outside* the clip window (ρ = 1.3 > 1.2 for the
+# good token, 0.7 < 0.8 for the bad one), so both get zero gradient before the first step is taken: the
+# trust region was spent by the k updates the data missed, and the batch teaches nothing about these
+# tokens. Anchored at the current policy, ρ = 1 and the gradient is −A; TIS scales it by the weight
+# π_cur/μ (1.3 and 0.7): the data holds too few samples of a token the policy now likes more, too many
+# of one it now likes less.
+#
+# **Training comparison.** k = 0, 1, 2, 4 for each anchor (at k = 0 the three coincide: μ = π_cur and every
+# weight is 1, so one run serves all three).
+
+# %%
+K_VALUES = (0, 1, 2, 4)
+
+
+def stale_run(k, anchor):
+    """The cached run for (k, anchor); at k = 0 all anchors are the on-policy twin."""
+    if k == 0:
+        return op.run_stale(0, "behaviour")
+    return op.run_stale(k, anchor, tis_grpo_loss if anchor == "current + TIS" else None, CAP)
+
+
+def mean(values):
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def clip_fraction(run):
+    """Mean over iterations of the fraction of tokens clipped (A > 0 and A < 0 counted together, as logged)."""
+    h = run["history"]
+    return sum((s["clip_frac_pos"] + s["clip_frac_neg"]) / 2 for s in h) / len(h)
+
+
+stale_runs = {(k, anchor): stale_run(k, anchor) for k in K_VALUES for anchor in op.ANCHORS}
+print(f"{'k':>2} | " + " | ".join(f"{a:^30s}" for a in op.ANCHORS))
+print(f"{'':>2} | " + " | ".join(f"{'reward':>8} {'clipped':>8} {'|rho-1| 1st':>12}" for _ in op.ANCHORS))
+for k in K_VALUES:
+    cells = []
+    for anchor in op.ANCHORS:
+        run = stale_runs[k, anchor]
+        first = sum(s["ratio_first_maxdev"] for s in run["history"]) / len(run["history"])
+        cells.append(f"{op.final_reward(run):8.3f} {clip_fraction(run):8.3f} {first:12.3f}")
+    print(f"{k:2d} | " + " | ".join(cells))
+
+# %% [markdown]
+# **Slider.** Staleness k; the reward and clip-fraction curves of the three anchors at that k (all runs
+# are computed above; moving the slider only redraws).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+ANCHOR_COLORS = {"behaviour": "tab:red", "current": "tab:blue", "current + TIS": "tab:green"}
+fig_stale, (ax_sr, ax_sc) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
+stale_lines = {}
+for anchor, color in ANCHOR_COLORS.items():
+    (stale_lines["reward", anchor],) = ax_sr.plot([], [], color=color, label=anchor)
+    (stale_lines["clip", anchor],) = ax_sc.plot([], [], color=color, label=anchor)
+ax_sr.set(xlim=(0, op.SHORT["steps"] - 1), ylim=(0.0, 1.0), xlabel="iteration", ylabel="reward")
+ax_sc.set(xlim=(0, op.SHORT["steps"] - 1), ylim=(0.0, 0.6), xlabel="iteration",
+          ylabel="clipped fraction of tokens")
+ax_sr.legend(fontsize="small", loc="upper left")
+title_stale = fig_stale.suptitle("")
+
+
+def update_stale(k):
+    for anchor in op.ANCHORS:
+        h = stale_runs[k, anchor]["history"]
+        stale_lines["reward", anchor].set_data(range(len(h)), [s["reward"] for s in h])
+        stale_lines["clip", anchor].set_data(range(len(h)), [(s["clip_frac_pos"] + s["clip_frac_neg"]) / 2
+                                                              for s in h])
+    title_stale.set_text(f"rollouts from the policy {k} iteration(s) old")
+    return {anchor: (op.final_reward(stale_runs[k, anchor]), clip_fraction(stale_runs[k, anchor]))
+            for anchor in op.ANCHORS}
+
+
+w_stale = live_plot(fig_stale, update_stale, k=op.choice(K_VALUES, 2, "staleness k"))
+display(w_stale)
+
+# %%
+for k in (1, 4):
+    r = set_value(w_stale, "staleness k", k)
+    print(f"k = {k}: " + "   ".join(f"{a}: reward {rw:.3f}, clipped {cf:.3f}" for a, (rw, cf) in r.items()))
+
+# %%
+final = {(k, a): op.final_reward(run) for (k, a), run in stale_runs.items()}
+clipped = {(k, a): clip_fraction(run) for (k, a), run in stale_runs.items()}
+first_dev = {k: mean(s["ratio_first_maxdev"] for s in stale_runs[k, "behaviour"]["history"]) for k in K_VALUES}
+fmt = lambda values: [f"{v:.3f}" for v in values]  # noqa: E731
+assert fmt(final[k, "behaviour"] for k in K_VALUES) == ["0.686", "0.554", "0.405", "0.271"]
+assert fmt(clipped[k, "behaviour"] for k in K_VALUES) == ["0.089", "0.207", "0.275", "0.344"]
+assert fmt(final[k, "current"] for k in K_VALUES[1:]) == ["0.719", "0.678", "0.632"]
+assert 0.84 < first_dev[1] < first_dev[2] < first_dev[4] < 1.32 and final[4, "behaviour"] < 0.5 * final[0, "behaviour"]
+assert all(abs(clipped[k, a] - clipped[0, a]) < 0.02 for k in (1, 2, 4) for a in ("current", "current + TIS"))
+assert all(abs(final[k, "current"] - final[0, "current"]) < 0.06 for k in (1, 2, 4))
+# k = 0 is the plain twin, whichever function was swapped: the same rewards as section 1's float32 run
+assert [s["reward"] for s in stale_runs[0, "behaviour"]["history"]] == [s["reward"] for s in h["float32"]]
+tis_gap = max(abs(final[k, "current + TIS"] - final[k, "current"]) for k in (1, 2, 4))
+seed_spread = max(spread) - min(spread)
+assert tis_gap < seed_spread
+print(f"largest |current + TIS - current| over k = 1, 2, 4: {tis_gap:.3f}; float32 seed spread (section 1): "
+      f"{seed_spread:.3f}")
+assert f"{tis_gap:.3f}" == "0.092" and f"{seed_spread:.3f}" == "0.117"
+
+# %% [markdown]
+# Read the behaviour column first. At the first inner step the ratio is already 0.85 (k = 1) to 1.32
+# (k = 4) away from 1 on its worst token (mean over iterations), the clipped fraction climbs from 0.089
+# (k = 0) to 0.207, 0.275 and 0.344, and the final reward falls from 0.686 to 0.554, 0.405 and 0.271: at k = 4 less than
+# half of it. Every token the logged clip fraction counts has zero gradient (notebook 04 §1), and with
+# the window centred on a stale policy many tokens are clipped *because the current policy has already
+# moved*, not because this batch pushed them. Anchored at the current policy, the clipped
+# fraction stays at the on-policy level (within 0.02 of 0.089 for every k) and the final reward within
+# 0.06 of the on-policy run's (0.719, 0.678, 0.632 against 0.686). The importance weight from μ to π_cur
+# did not change the outcome measurably in 30 iterations: the largest difference between "current" and
+# "current + TIS" (0.092) is smaller than the spread between float32 seeds in section 1 (0.117), so one
+# seed cannot separate them. Section 3 measures how far from 1 those weights are.
+#
+# > **You should know.**
+# > - A stale batch has three policies: the sampler μ (k updates old), the current π_cur (the trainer,
+# >   before this batch), and π_θ (being updated). The clip belongs to π_cur: it limits how far *this
+# >   update* moves. Anchoring it at μ (verl's bypass mode, or a trainer that trusts the sampler's
+# >   log-probs as π_old) spends the trust region on the k updates the data missed.
+# > - Recomputing π_old with the trainer makes ρ = 1 at the first step again; then the data's
+# >   distribution is corrected separately by min(π_cur/μ, C) (decoupled PPO).
+# > - Measure staleness by its effect, not its count: the first-step |ρ − 1| under the behaviour anchor,
+# >   the clip fraction, and the effective sample size of π_cur/μ (section 3).
+#
+# **Catalog note.** *Symptom:* turning on asynchronous rollouts (or more steps per generation) makes
+# learning slower while the clip fraction rises. *Statistic:* the clip fraction against its on-policy
+# value, max |ρ − 1| at the first inner step with π_old = the sampler's log-probs, the ESS of
+# π_trainer/π_sampler. *Fix:* anchor the clip at the current policy (recompute π_old: verl
+# `async_training.compute_prox_log_prob`, `rollout_correction.bypass_mode: false`), correct with truncated
+# IS from the sampler, and bound the staleness (verl `async_training.staleness_threshold`).
+
+# %% [markdown]
+# ## 3. Effective sample size
+#
+# **Question.** One number that says how far a batch's data is from the policy being trained, for both
+# sources above, and can be logged every iteration.
+#
+# **Key equation.** For importance weights w_1..w_n, the effective sample size as a fraction of n:
+#
+# $$\mathrm{ESS} = \frac{(\sum_i w_i)^2}{n \sum_i w_i^2} = \frac{1}{1 + \mathrm{CV}^2(w)} \in [1/n,\ 1],$$
+#
+# with CV = std/mean (population std), because (Σw/n)² = mean² and Σw²/n = mean² + var. ESS = 1 when
+# all weights are equal (on-policy), 1/n when one weight carries everything; an estimate weighted by w is
+# about as noisy as an unweighted one from ESS·n samples.
+#
+# **Tiny input.** Ten weights:
+
+# %%
+def ess(weights):
+    """(sum w)^2 / (n sum w^2): the effective sample size of the weights as a fraction of n, in [1/n, 1]."""
+    return (weights.sum() ** 2 / (weights.numel() * (weights**2).sum())).item()
+
+
+w_equal, w_one_big, w_one_only = torch.ones(10), torch.tensor([10.0] + [1.0] * 9), torch.tensor([1.0] + [0.0] * 9)
+cv2 = (w_one_big.var(unbiased=False) / w_one_big.mean() ** 2).item()
+print(f"equal: {ess(w_equal):.4f}   one weight 10 among nine 1s: {ess(w_one_big):.4f} (1 / (1 + CV^2) = "
+      f"{1 / (1 + cv2):.4f})   one nonzero: {ess(w_one_only):.4f}")
+assert ess(w_equal) == 1.0 and abs(ess(w_one_only) - 0.1) < 1e-7 and abs(ess(w_one_big) - 1 / (1 + cv2)) < 1e-6
+
+# %% [markdown]
+# **What it measures, in expectation.** With y ∼ q and w = p/q, E_q[w] = 1 and E_q[w²] = Σ p²/q =
+# 1 + χ²(p ‖ q), so for many samples ESS → 1/(1 + χ²(p ‖ q)). For small mismatches χ² ≈ 2·KL, so
+# 1 − ESS ≈ 2·KL: the ESS sees a 10⁻⁶ mismatch only in its sixth decimal. A log-normal model makes
+# the tail visible: if log w ∼ N(−σ²/2, σ²) then E[w] = 1 and E[w²] = e^{σ²}, so ESS → e^{−σ²}; truncating
+# at C raises it (less variance) and biases the weighted mean (below 1). A sequence weight is the product
+# of its T token weights; with independent tokens its log is normal with variance Tσ², so its ESS tends to
+# e^{−Tσ²}: the variance price of the unbiased sequence-level correction. On 100,000 samples:
+
+# %%
+def lognormal_weights(sigma, n=100_000, seed=0):
+    """w = exp(x), x ~ N(-sigma^2 / 2, sigma^2): E[w] = 1, E[w^2] = exp(sigma^2). (n,)"""
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return torch.exp(sigma * x - sigma**2 / 2)
+
+
+print(f"{'sigma':>5} | {'ESS':>6} {'exp(-s^2)':>9} | {'ESS, C=2':>8} {'mean w, C=2':>11}")
+for sigma in (0.1, 0.5, 1.0, 1.5):
+    w = lognormal_weights(sigma)
+    print(f"{sigma:5.1f} | {ess(w):6.4f} {math.exp(-sigma**2):9.4f} | {ess(w.clamp(max=CAP)):8.4f} "
+          f"{w.clamp(max=CAP).mean():11.4f}")
+    assert abs(ess(w) - math.exp(-sigma**2)) < 0.02 and ess(w.clamp(max=CAP)) >= ess(w)
+tokens = torch.stack([lognormal_weights(0.5, seed=seed) for seed in range(4)])  # (4, n): 4 tokens per sequence
+sequence_ess, token_ess = ess(tokens.prod(0)), ess(tokens.flatten())
+print(f"sigma 0.5, 4 tokens: token-level ESS {token_ess:.4f} (exp(-0.25) = {math.exp(-0.25):.4f}), "
+      f"sequence-level ESS {sequence_ess:.4f} (exp(-4 * 0.25) = {math.exp(-1):.4f})")
+assert abs(sequence_ess - math.exp(-1)) < 0.02 and sequence_ess < 0.5 * token_ess
+
+# %% [markdown]
+# **Slider.** σ and C: the ESS of the raw weights follows e^{−σ²}; the truncated weights keep a larger
+# ESS and pay for it with a mean below 1 (the bias of truncation).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+SIGMAS = [0.05 * i for i in range(1, 41)]  # 0.05 .. 2.0
+GRID_WEIGHTS = {sigma: lognormal_weights(sigma, n=20_000) for sigma in SIGMAS}  # drawn once, reused by every redraw
+RAW_ESS = [ess(w) for w in GRID_WEIGHTS.values()]
+fig_ess, (ax_e, ax_m) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
+ax_e.plot(SIGMAS, [math.exp(-s**2) for s in SIGMAS], color="0.3", ls=":", label="exp(-sigma^2)")
+ax_e.plot(SIGMAS, RAW_ESS, color="tab:orange", label="raw weights")
+(ess_trunc_line,) = ax_e.plot(SIGMAS, RAW_ESS, color="tab:blue", label="truncated at C")
+ess_marker = ax_e.axvline(1.0, color="0.5", lw=0.8)
+ax_e.set(xlabel="sigma of log w", ylabel="ESS / n", ylim=(0.0, 1.02))
+ax_e.legend(fontsize="small")
+(mean_trunc_line,) = ax_m.plot(SIGMAS, [1.0] * len(SIGMAS), color="tab:blue")
+ax_m.axhline(1.0, color="0.3", ls=":")
+mean_marker = ax_m.axvline(1.0, color="0.5", lw=0.8)
+ax_m.set(xlabel="sigma of log w", ylabel="mean of truncated w", ylim=(0.3, 1.05),
+         title="E[w] = 1 before truncation")
+
+
+def update_ess(sigma, cap):
+    ess_trunc_line.set_ydata([ess(w.clamp(max=cap)) for w in GRID_WEIGHTS.values()])
+    mean_trunc_line.set_ydata([w.clamp(max=cap).mean().item() for w in GRID_WEIGHTS.values()])
+    ess_marker.set_xdata([sigma, sigma])
+    mean_marker.set_xdata([sigma, sigma])
+    w = lognormal_weights(sigma, n=20_000)
+    return {"ess": ess(w), "ess_truncated": ess(w.clamp(max=cap)), "theory": math.exp(-sigma**2),
+            "mean_truncated": w.clamp(max=cap).mean().item()}
+
+
+w_ess = live_plot(fig_ess, update_ess, sigma=slider(1.0, 0.05, 2.0, 0.05, "sigma"),
+                  cap=slider(CAP, 1.0, 5.0, 0.5, "C"))
+display(w_ess)
+
+# %%
+for sigma, cap in ((1.0, CAP), (1.5, CAP), (1.5, 5.0)):
+    set_value(w_ess, "sigma", sigma)
+    r = set_value(w_ess, "C", cap)
+    print(f"sigma {sigma:.2f}, C {cap:g}: ESS {r['ess']:.4f} (exp(-sigma^2) {r['theory']:.4f}), truncated "
+          f"{r['ess_truncated']:.4f}, mean of truncated w {r['mean_truncated']:.4f}")
+
+# %% [markdown]
+# **Logged like the others.** Every run above recorded the per-token log-weights log π_trainer − log
+# π_sampler of each iteration. Two statistics per iteration join the twins' own stats dict, each
+# described by one row (meaning, healthy range, why) in `op.STATS`; the table, the check and the
+# shaded band below all read that row.
+
+# %%
+for name, row in op.STATS.items():
+    print(f"{name:12s} healthy {row.lo:g} .. {row.hi:g}   {row.meaning}")
+
+
+def log_off_policy_stats(run):
+    """Add mismatch_kl and ess to every iteration's stats dict of a run, from its recorded log-weights."""
+    for stats, log_w in zip(run["history"], run["log_w"], strict=True):
+        stats["mismatch_kl"] = mismatch_kl(log_w)
+        stats["ess"] = ess(log_w.exp())
+
+
+def outside(run, name):
+    """Iterations whose stats[name] leaves the healthy range of op.STATS[name]."""
+    row = op.STATS[name]
+    return sum(not (row.lo <= s[name] <= row.hi) for s in run["history"])
+
+
+all_runs = {**{f"sampler {label}": run for label, run in mismatch_runs.items()},
+            "k=0 (all anchors)": stale_runs[0, "behaviour"],
+            **{f"k={k}, {anchor}": stale_runs[k, anchor] for k in K_VALUES[1:] for anchor in op.ANCHORS}}
+print(f"\n{'run':28s} | {'mismatch_kl':>11} {'1 - ESS':>9} {'ESS':>6} {'ESS min':>7} | iterations outside: kl  ess")
+summary = {}
+for label, run in all_runs.items():
+    log_off_policy_stats(run)
+    h = run["history"]
+    summary[label] = dict(kl=mean(s["mismatch_kl"] for s in h), ess=mean(s["ess"] for s in h),
+                          ess_min=min(s["ess"] for s in h), out_kl=outside(run, "mismatch_kl"),
+                          out_ess=outside(run, "ess"))
+    r = summary[label]
+    print(f"{label:28s} | {r['kl']:11.2e} {1 - r['ess']:9.2e} {r['ess']:6.3f} {r['ess_min']:7.3f} | "
+          f"{r['out_kl']:>20d} {r['out_ess']:>4d}")
+
+# %%
+fig, (ax_a, ax_b) = op.new_figure()
+for label, run in {**{k: v for k, v in mismatch_runs.items() if k != "float32"},
+                   **{f"k={k}": stale_runs[k, "current"] for k in K_VALUES[1:]}}.items():
+    points = [(i, 1 - s["ess"]) for i, s in enumerate(run["history"]) if s["ess"] < 1]
+    ax_a.plot(*zip(*points, strict=True), label=label)
+ax_a.set(yscale="log", xlabel="iteration", ylabel="1 - ESS", title="1 - ESS: both sources, log scale")
+ax_a.legend(fontsize="small", ncol=2)
+ax_b.axhspan(op.STATS["ess"].lo, op.STATS["ess"].hi, color="0.92", label="healthy (op.STATS)")
+op.curves_by(ax_b, {f"k={k}": stale_runs[k, "current"] for k in K_VALUES}, "ess", ylabel="ESS / n")
+ax_b.set_title("stale rollouts, clip at the current policy")
+plt.show()
+
+# %%
+ratio_to_2kl = {label: (1 - r["ess"]) / (2 * r["kl"]) for label, r in summary.items() if r["kl"] > 0}
+print("(1 - ESS) / (2 mismatch_kl): " + ", ".join(f"{label} {v:.2f}" for label, v in ratio_to_2kl.items()
+                                                    if label in ("sampler bfloat16", "sampler float8",
+                                                                 "k=1, current", "k=4, current")))
+assert all(abs(ratio_to_2kl[label] - 1) < 0.05 for label in ("sampler bfloat16", "sampler float8", "k=1, current"))
+assert ratio_to_2kl["k=4, current"] < 0.8
+assert all(summary[f"sampler {label}"]["ess_min"] >= 0.998 for label in mismatch_runs)
+assert [summary[f"sampler {label}"]["out_kl"] for label in mismatch_runs] == [0, 0, 30, 30]
+assert all(summary[f"k={k}, {a}"]["out_kl"] == op.SHORT["steps"] - 1 for k in K_VALUES[1:] for a in op.ANCHORS)
+out_ess = {k: [summary[f"k={k}, {a}"]["out_ess"] for a in op.ANCHORS] for k in K_VALUES[1:]}
+assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (5, 18), (22, 28)]
+
+# %% [markdown]
+# The two statistics divide the work. While the mismatch is small, 1 − ESS ≈ 2·mismatch_kl, the
+# χ² ≈ 2·KL of nearby distributions: within 5% for bfloat16 (3.28e-06 against 2 × 1.65e-06), float8 and
+# k = 1; at k = 4 the weights' tail breaks the approximation (0.216 against 2 × 0.152). So on the ESS
+# scale a numerics mismatch is invisible (every sampler run stays at 0.998 or above, inside the row's
+# range) while staleness is not: iterations below ESS = 0.9 number 1 to 4 of 30 at k = 1, 5 to 18 at
+# k = 2 and 22 to 28 at k = 4 (across the three anchors). The mismatch_kl bound flags float8 in every
+# iteration, every stale run from its second iteration on (the first has no older policy yet), and not
+# bfloat16. Read 1 − ESS on a log scale (left figure) and one number places both sources: each precision
+# and each k sits at its own level, orders of magnitude apart.
+#
+# verl logs the same statistic: `rollout_is_eff_sample_size`, "Formula: `1 / mean(weights²)` where weights
+# are normalized", range 0 to 1, "Ideal value: > 0.5", "Warning: < 0.3" (`docs/advance/rollout_corr.md` at
+# commit `0fe72c5`). With weights normalised to mean 1 that is our formula. Our row's bound (0.9) is a
+# choice, stricter than verl's: here it separates k = 1 (at most 4 iterations below) from k ≥ 2 (5 or
+# more). With the clip at the current policy none of these runs lost reward measurably (section 2), so
+# the bound flags drift, not damage.
+#
+# > **You should know.**
+# > - ESS = (Σw)² / (n Σw²) = 1 / (1 + CV²(w)): the fraction of the batch the weighted estimate is worth.
+# >   In expectation 1 / (1 + χ²(π_trainer ‖ π_sampler)); for small mismatches 1 − ESS ≈ 2·KL.
+# > - Truncating the weights at C raises the ESS and biases the weighted mean downwards; the ESS of the
+# >   truncated weights flatters a batch, so log the ESS of the raw weights.
+# > - Token-level ESS is what is logged here; a sequence-level weight (the product over tokens) has an
+# >   ESS that falls with the length (e^{−Tσ²} in the log-normal model: 0.37 for four tokens at σ = 0.5,
+# >   against 0.78 per token), the variance price of its unbiasedness (section 1).
+#
+# **Catalog note.** *Symptom:* after a change to the rollout setup (inference engine, its precision,
+# asynchronous workers, more steps per generation), learning changes and nothing in the loss explains
+# it. *Statistic:* ESS of π_trainer/π_sampler on the sampled tokens, every iteration (as `ess` above;
+# verl `rollout_is_eff_sample_size`), read as 1 − ESS on a log scale, with the mismatch KL beside it.
+# *Fix:* trace the source: a flat, tiny 1 − ESS that moved with the engine's precision is section 1
+# (truncated IS, float32 logits); one that grows with the staleness is section 2 (anchor the clip at the
+# current policy, bound the staleness until the ESS stays above the row's bound).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s")

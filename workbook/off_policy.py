@@ -1,0 +1,340 @@
+"""Machinery for notebook 07 (off-policy in practice): a lower-precision sampler, stale-rollout and
+sampler-mismatch runners (cached), exact expected gradients on EchoTask by enumeration, and the figures.
+
+The code the notebook teaches (the truncated-IS weight and loss, the effective sample size) stays in the
+notebook and is passed in; nothing here decides how a weight is computed. Every runner is a
+`catalog.swapped` copy of grpo_fixed with `generate`, `rollout` and/or `update_policy` replaced, so
+`train()` of the copy drives it. Runners record, per iteration, the per-token log importance weights
+log w_t = log pi_trainer(y_t) - log pi_sampler(y_t) on the sampled tokens, from which the notebook
+computes its statistics.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import functools
+import itertools
+import math
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import torch
+
+import grpo_fixed
+from workbook.catalog import swapped
+
+PRECISIONS = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+}
+"""sampler logit precisions: name -> torch dtype the logits are rounded to (float32 = no rounding)"""
+
+ANCHORS = ("behaviour", "current", "current + TIS")
+"""where the clip of a stale batch is anchored: the stale policy that sampled it (old = pi_behaviour);
+the current policy recomputed before the update, no correction (old = pi_current); the current policy
+plus truncated IS from the sampler to it (decoupled PPO)"""
+
+STATS = {
+    "mismatch_kl": grpo_fixed.Stat(
+        "k3 estimate of KL(pi_sampler || pi_trainer) per sampled token, mean(w - 1 - log w)", 0, 1e-5,
+        "0 when the sampler is the trainer; notebook 07's bfloat16 sampler stays below the bound, its float8 "
+        "sampler (an exact gradient bias of a few percent) does not"),
+    "ess": grpo_fixed.Stat(
+        "effective sample size of the per-token weights pi_trainer / pi_sampler as a fraction of the tokens, "
+        "(sum w)^2 / (n sum w^2)", 0.9, 1,
+        "1 on-policy; about 1 / (1 + chi^2) of the two policies: falls as the data's policy drifts from the "
+        "trainer's (stale rollouts); the weighted batch is worth about ESS * n samples"),
+}
+"""the statistics notebook 07 adds to each iteration's stats, in the shape of grpo_fixed.STATS rows"""
+
+SHORT = dict(steps=30, prompts_per_batch=8)
+"""every training run of notebook 07: 30 iterations of 8 prompts x 8 samples, other settings default"""
+
+
+# ----------------------------------------------------------------------------------------------
+# A sampler whose logits are rounded to a lower precision (the trainer stays in float32)
+
+
+def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x rounded to `dtype` (round to nearest) and returned as float32, like logits an inference engine
+    computes in that dtype and then upcasts for sampling."""
+    return x.to(dtype).float()
+
+
+class RoundedLogits:
+    """Wraps a policy for sampling only: tokens (N, L) -> logits (N, L, V) rounded to `dtype`."""
+
+    def __init__(self, policy, dtype: torch.dtype):
+        self.policy, self.dtype, self.bos_id = policy, dtype, policy.bos_id
+
+    def __call__(self, tokens):
+        return round_to(self.policy(tokens), self.dtype)  # (N, L, V)
+
+
+def rounded_generate(dtype: torch.dtype):
+    """A `generate` for catalog.swapped: the twins' generate, sampling from logits rounded to `dtype`.
+    Its sampler_logprobs are the rounded distribution's, as an inference engine would return them."""
+    fixed_generate, wrap = grpo_fixed.generate, RoundedLogits  # closure cells: swapped() rebinds the globals
+
+    def generate(policy, prompts, task, temperature, generator=None):
+        return fixed_generate(wrap(policy, dtype), prompts, task, temperature, generator)
+
+    return generate
+
+
+# ----------------------------------------------------------------------------------------------
+# update_policy with the policy-gradient term made replaceable
+
+
+def update_policy_with(pg_loss):
+    """The twins' update_policy with one line changed: the policy-gradient term is
+    pg_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip) instead of
+    grpo_loss(logprobs, old_logprobs, advantages, mask, clip). Everything else (minibatching, KL to the
+    reference, optimizer step, records) is as in grpo_fixed.update_policy; tests/test_off_policy.py
+    checks that passing plain grpo_loss reproduces it exactly."""
+
+    def update_policy(policy, optimizer, batch, cfg, generator):
+        policy.train()
+        records = []
+        for _ in range(cfg.inner_epochs):
+            for idx in torch.randperm(batch["rewards"].shape[0], generator=generator).chunk(cfg.minibatches):
+                mask = batch["mask"][idx]  # (n, T)
+                logprobs = policy_logprobs(policy, batch["prompts"][idx], batch["completions"][idx], cfg.temperature)
+                old_logprobs = batch["old_logprobs"][idx]  # (n, T)
+                adv = batch["advantages"][idx]  # (n,)
+                pg = pg_loss(logprobs, old_logprobs, batch["sampler_logprobs"][idx], adv, mask, cfg.clip)  # changed
+                kl = kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
+                loss = pg + cfg.beta * kl
+                grad_norm = optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
+                records.append(inner_step_record(logprobs, old_logprobs, adv, mask, cfg.clip, kl, loss, grad_norm))
+        return records
+
+    return update_policy
+
+
+def plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip):
+    """The twins' grpo_loss, ignoring the sampler log-probs (no correction)."""
+    return grpo_fixed.grpo_loss(logprobs, old_logprobs, advantages, mask, clip)
+
+
+# names the copied update_policy resolves in the swapped module (rebinding replaces its globals); these
+# module-level aliases only let ruff and a direct call see them
+policy_logprobs = grpo_fixed.policy_logprobs
+kl_to_reference = grpo_fixed.kl_to_reference
+optimizer_step = grpo_fixed.optimizer_step
+inner_step_record = grpo_fixed.inner_step_record
+
+
+def log_weights(batch) -> torch.Tensor:
+    """log w_t = log pi_trainer(y_t) - log pi_sampler(y_t) over the sampled (unmasked) tokens. (n_tokens,)"""
+    return (batch["old_logprobs"] - batch["sampler_logprobs"])[batch["mask"]]
+
+
+# ----------------------------------------------------------------------------------------------
+# Runners (cached: a slider position only selects among finished runs)
+
+
+def _tis_term(tis, cap):
+    """pg_loss for update_policy_with: the notebook's tis(..., cap) or the plain loss when tis is None."""
+    if tis is None:
+        return plain_grpo_loss
+
+    def pg_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip):
+        return tis(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip, cap)
+
+    return pg_loss
+
+
+@functools.cache
+def run_mismatch(precision: str, tis=None, cap: float = math.inf, seed: int = 0):
+    """train() with the sampler's logits rounded to PRECISIONS[precision] (the trainer in float32),
+    with the policy-gradient term tis(logprobs, old, sampler, A, mask, clip, cap) when tis is given.
+    -> dict(history, log_w, policy): stats per iteration, per iteration the log weights (n_tokens,), and
+    the trained policy (float32)."""
+    out = dict(log_w=[])
+    m = swapped(f"mismatch_{precision}", generate=rounded_generate(PRECISIONS[precision]),
+                update_policy=update_policy_with(_tis_term(tis, cap)))
+    fixed_rollout = m.rollout
+
+    def rollout(policy, ref_policy, task, cfg, generator):
+        batch, stats = fixed_rollout(policy, ref_policy, task, cfg, generator)
+        out["log_w"].append(log_weights(batch))
+        out["policy"] = policy  # trained in place: after train() it is the final policy
+        return batch, stats
+
+    m.rollout = rollout
+    out["history"] = m.train(seed=seed, **SHORT)
+    return out
+
+
+def stale_rollout(k: int, anchor: str, fixed_rollout, fixed_policy_logprobs, fixed_rollout_stats, log_w: list):
+    """A `rollout` whose samples come from the policy as it was k iterations ago (the behaviour policy).
+
+    Snapshots of the policy are kept in a queue of length k + 1; early on, the oldest one available is
+    used. anchor: "behaviour" keeps old_logprobs = log pi_behaviour (what the sampler returned);
+    "current" and "current + TIS" recompute old_logprobs under the current policy before the update,
+    and sampler_logprobs stay pi_behaviour's. log w_t (current vs behaviour) is appended to log_w."""
+    snapshots = collections.deque(maxlen=k + 1)
+
+    @torch.no_grad()
+    def rollout(policy, ref_policy, task, cfg, generator):
+        snapshots.append(copy.deepcopy(policy).eval())
+        behaviour = snapshots[0]  # (k updates old once the queue is full)
+        batch, stats = fixed_rollout(behaviour, ref_policy, task, cfg, generator)
+        current = fixed_policy_logprobs(policy, batch["prompts"], batch["completions"], cfg.temperature)  # (N, T)
+        log_w.append((current - batch["sampler_logprobs"])[batch["mask"]])
+        if anchor != "behaviour":
+            batch["old_logprobs"] = current
+            stats.update(fixed_rollout_stats(batch, cfg.group_size))
+        return batch, stats
+
+    return rollout
+
+
+@functools.cache
+def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 0):
+    """train() with rollouts sampled by the policy k iterations old, the clip anchored per `anchor`
+    (ANCHORS); "current + TIS" needs the notebook's tis loss. -> dict(history, log_w)."""
+    if anchor not in ANCHORS:
+        raise ValueError(f"anchor must be one of {ANCHORS}, got {anchor!r}")
+    if (anchor == "current + TIS") != (tis is not None):
+        raise ValueError("pass tis exactly when anchor is 'current + TIS'")
+    out = dict(log_w=[])
+    m = swapped(f"stale_{k}", update_policy=update_policy_with(_tis_term(tis, cap)))
+    m.rollout = stale_rollout(k, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, out["log_w"])
+    out["history"] = m.train(seed=seed, **SHORT)
+    return out
+
+
+def tail_mean(values, n: int = 10) -> float:
+    """Mean of the last n values (the 'final reward' of a run, as summarize_run defines it)."""
+    tail = list(values)[-n:]
+    return sum(tail) / len(tail)
+
+
+def final_reward(run) -> float:
+    """Mean reward of a run's last 10 iterations, by the twins' own summary."""
+    return grpo_fixed.summarize_run(run["history"], 0.0)["final_reward"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact expected gradients on EchoTask: every completion enumerated, no sampling noise
+
+
+def completion_tree(task):
+    """Every distinct completion the twins' generate can return for `task` (a first EOS at position t,
+    then EOS padding; or no EOS at all), and the prefixes y_<t they condition on.
+
+    -> dict(completions (S, T), mask (S, T) as generate builds it, prefixes: list over length l of
+    (n_l, l) tensors of EOS-free prefixes, node (S, T): index of y_<t in the concatenated prefixes)."""
+    T, eos = task.max_completion_length, task.eos_id
+    words = [w for w in range(task.vocab_size) if w != eos]
+    rows = []
+    for length in range(1, T + 1):  # the first EOS at position length - 1
+        rows += [list(p) + [eos] * (T - length + 1) for p in itertools.product(words, repeat=length - 1)]
+    rows += [list(p) for p in itertools.product(words, repeat=T)]  # never stopped
+    completions = torch.tensor(rows)  # (S, T)
+    is_eos = (completions == eos).long()
+    mask = (torch.cumsum(is_eos, dim=1) - is_eos) == 0  # (S, T): up to and including the first EOS
+    prefixes = [list(itertools.product(words, repeat=length)) for length in range(T)]
+    index = {p: i for i, p in enumerate(itertools.chain(*prefixes))}
+    node = torch.tensor([[index.get(tuple(row[:t]), 0) for t in range(T)] for row in rows])  # (S, T); 0 if masked
+    prefixes = [torch.tensor(p, dtype=torch.long).view(len(p), length) for length, p in enumerate(prefixes)]
+    return dict(completions=completions, mask=mask, prefixes=prefixes, node=node)
+
+
+def tree_logprobs(logits_fn, prompts, tree, temperature):
+    """log pi(y_t | x, y_<t) for every prompt x and enumerated completion y, zero at masked positions.
+    One forward per prefix length over the distinct prefixes only. prompts (X, P) -> (X, S, T)"""
+    X = prompts.shape[0]
+    node_logits = []
+    for prefix in tree["prefixes"]:  # (n_l, l)
+        n = prefix.shape[0]
+        bos = torch.full((X * n, 1), logits_fn.bos_id, dtype=torch.long)
+        tokens = torch.cat([bos, prompts.repeat_interleave(n, 0), prefix.repeat(X, 1)], dim=1)  # (X*n, 1+P+l)
+        node_logits.append(logits_fn(tokens)[:, -1].view(X, n, -1))  # (X, n_l, V)
+    logp_nodes = torch.log_softmax(torch.cat(node_logits, dim=1) / temperature, -1)  # (X, n_nodes, V)
+    completions, node = tree["completions"], tree["node"]  # (S, T)
+    logp = logp_nodes[:, node, completions]  # (X, S, T)
+    return torch.where(tree["mask"], logp, 0.0)
+
+
+def exact_gradients(policy, task, dtype, temperature, weightings: dict):
+    """Expected policy gradients over every completion of every prompt, exactly (no sampling):
+
+      true     grad J,  J = mean_x sum_y pi(y|x) r(x, y)
+      <name>   mean_x sum_y q(y|x) (r - b_q(x)) sum_t W_t grad log pi(y_t | x, y_<t),
+               W = weightings[name](logp, logq) (X, S, T), held constant (no gradient through W)
+
+    q is the sampler with logits rounded to `dtype`; b_q(x) = E_q[r | x] is what a group mean of samples
+    from q estimates. W = 1 is the uncorrected update; the notebook passes its truncated IS weights.
+    Every estimator is linear in log pi, so each is one backward pass with coefficients
+    c = q(y) (r - b_q) W_t; the true gradient uses the same identity with c = pi(y) (r - E_pi[r]).
+    Returns dict name -> flat gradient over the policy's parameters (float64)."""
+    tree = completion_tree(task)
+    completions, mask = tree["completions"], tree["mask"]  # (S, T)
+    words = [w for w in range(task.vocab_size) if w != task.eos_id]
+    prompts = torch.tensor(list(itertools.product(words, repeat=task.prompt_length)))  # (X, P)
+    X, S = prompts.shape[0], completions.shape[0]
+    rewards = task.reward(prompts.repeat_interleave(S, 0), completions.repeat(X, 1), mask.repeat(X, 1)).view(X, S)
+    logp = tree_logprobs(policy, prompts, tree, temperature)  # (X, S, T), with grad
+    with torch.no_grad():
+        logq = tree_logprobs(RoundedLogits(policy, dtype), prompts, tree, temperature)  # (X, S, T)
+        p_seq, q_seq = logp.sum(2).exp(), logq.sum(2).exp()  # (X, S)
+        coefficients = {"true": (p_seq * (rewards - (p_seq * rewards).sum(1, keepdim=True)))[..., None]}
+        adv_q = (q_seq * (rewards - (q_seq * rewards).sum(1, keepdim=True)))[..., None]  # (X, S, 1)
+        for name, weighting in weightings.items():
+            coefficients[name] = adv_q * weighting(logp.detach(), logq)  # (X, S, T)
+    params = list(policy.parameters())
+    grads = {}
+    for name, c in coefficients.items():
+        g = torch.autograd.grad(logp, params, grad_outputs=(c * mask).expand_as(logp) / X, retain_graph=True)
+        grads[name] = torch.cat([x.flatten() for x in g]).double()
+    return grads
+
+
+def relative_error(g, g_true) -> float:
+    """|g - g_true| / |g_true| (L2 over all parameters)."""
+    return ((g - g_true).norm() / g_true.norm()).item()
+
+
+def sampler_batch(policy, precision: str, seed: int = 0, prompts_per_batch: int = 64):
+    """One rollout batch of the twins' rollout from `policy`, sampled with logits rounded to
+    PRECISIONS[precision]; old_logprobs are the float32 trainer's. -> (batch, stats)"""
+    m = swapped(f"sampler_{precision}", generate=rounded_generate(PRECISIONS[precision]))
+    cfg = m.make_config(prompts_per_batch=prompts_per_batch)
+    return m.rollout(policy, policy, m.EchoTask(), cfg, torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures and controls
+
+
+def choice(options, value, description: str):
+    """A slider over a few precomputed settings (labels or (label, value) pairs); fires on release only."""
+    return widgets.SelectionSlider(options=list(options), value=value, description=description,
+                                   continuous_update=False, style={"description_width": "initial"})
+
+
+
+def curves_by(ax, runs: dict, key: str, colors: dict | None = None, smooth: int = 1, ylabel: str | None = None):
+    """One line per labelled run of stats[key] per iteration (moving average over `smooth`)."""
+    lines = {}
+    for label, run in runs.items():
+        ys = [s[key] for s in run["history"]]
+        if smooth > 1:
+            ys = [sum(ys[max(0, i - smooth + 1): i + 1]) / len(ys[max(0, i - smooth + 1): i + 1])
+                  for i in range(len(ys))]
+        (lines[label],) = ax.plot(ys, label=label, color=(colors or {}).get(label))
+    ax.set(xlabel="iteration", ylabel=ylabel or key)
+    ax.legend(fontsize="small")
+    return lines
+
+
+def new_figure(ncols: int = 2, figsize=(9.0, 3.2)):
+    """A figure of ncols axes side by side (constrained layout)."""
+    fig, axes = plt.subplots(1, ncols, figsize=figsize, layout="constrained")
+    return fig, axes

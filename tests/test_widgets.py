@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from workbook import lab_driver  # noqa: E402
+from workbook import widgets as widgets_module  # noqa: E402
 from workbook.widgets import DPI, LivePlot, live_figure, live_plot, set_value, slider  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -172,18 +173,72 @@ def bars_and_line(animated: bool):
     return fig, update, ax_line
 
 
-def test_animated_artists_are_redrawn_alone_and_give_the_full_draws_image():
+def changed_pixels(a: np.ndarray, b: np.ndarray) -> float:
+    """Fraction of pixels that differ between two images."""
+    return float(np.mean(np.abs(a - b).sum(-1) > 0))
+
+
+@pytest.fixture
+def full_draws_only(monkeypatch):
+    """live_plot without automatic blitting: every redraw draws the whole figure (the reference image)."""
+    monkeypatch.setattr(widgets_module, "AUTO_ANIMATE", False)
+
+
+def sweep(w, values) -> list[np.ndarray]:
+    frames = []
+    for value in values:
+        set_value(w, "phase", value)
+        frames.append(pixels(w))
+    return frames
+
+
+def test_animated_artists_are_redrawn_alone_and_give_the_full_draws_image(full_draws_only):
     """animated=True artists are blitted over the cached background (no full draw per frame), and the image
     is the one a full draw of the same figure gives (up to the few pixels where a line now crosses a spine)."""
     blit = live_plot(*bars_and_line(True)[:2], phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
     full = live_plot(*bars_and_line(False)[:2], phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
-    for phase in (0.25, 0.4):
-        set_value(blit, "phase", phase)
-        set_value(full, "phase", phase)
-        assert np.mean(np.abs(pixels(blit) - pixels(full)).sum(-1) > 0) < 0.005
+    first = pixels(blit)
+    for a, b in zip(sweep(blit, (0.25, 0.4)), sweep(full, (0.25, 0.4)), strict=True):
+        assert changed_pixels(a, b) < 0.005
     assert blit.renderer.full_draws == 1 and full.renderer.full_draws == 3
-    assert np.mean(np.abs(pixels(blit) - pixels(live_plot(*bars_and_line(True)[:2], phase=slider(
-        0.0, 0.0, 1.0, 0.05, "phase")))).sum(-1) > 0) > 0.01  # and the image did move with the slider
+    assert changed_pixels(first, pixels(blit)) > 0.01  # and the image did move with the slider
+
+
+def test_what_update_changes_is_blitted_automatically_from_the_second_move(full_draws_only):
+    fig, update, _ = bars_and_line(False)
+    reference = live_plot(*bars_and_line(False)[:2], phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
+    widgets_module.AUTO_ANIMATE = True  # (restored by the fixture)
+    auto = live_plot(fig, update, phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
+    values = (0.25, 0.4, 0.25, 0.6)
+    for a, b in zip(sweep(auto, values), sweep(reference, values), strict=True):
+        assert changed_pixels(a, b) < 0.005
+    assert auto.renderer.full_draws == 2  # the first render, and the first move (which finds what moves)
+    animated = [type(a).__name__ for a in auto.renderer.animated]  # the line, the bars, and (zorder 3 > the line's
+    assert sorted(animated) == ["Line2D"] + ["Rectangle"] * 4 + ["Text"]  # 2) the title; not ticks or spines
+
+
+def test_automatic_blitting_keeps_a_static_label_above_moving_bars(full_draws_only):
+    """A text drawn over the bars (higher zorder) stays above them: siblings at or above the lowest changed
+    zorder are redrawn too, in order."""
+    def labelled_bars():
+        fig, ax = plt.subplots(figsize=(4, 2.5))
+        bars = ax.bar(range(3), [1.0, 1.0, 1.0], color="black")
+        ax.set_ylim(0, 2)
+        ax.text(1, 0.5, "LABEL", color="white", fontsize=28, ha="center", va="center")
+
+        def update(phase):
+            for k, bar in enumerate(bars):
+                bar.set_height(1.0 + 0.5 * np.sin(k + 2 * np.pi * phase))
+            return phase
+
+        return fig, update
+
+    reference = live_plot(*labelled_bars(), phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
+    widgets_module.AUTO_ANIMATE = True
+    auto = live_plot(*labelled_bars(), phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
+    for a, b in zip(sweep(auto, (0.25, 0.4, 0.6)), sweep(reference, (0.25, 0.4, 0.6)), strict=True):
+        assert changed_pixels(a, b) < 0.002
+    assert auto.renderer.full_draws == 2
 
 
 def test_a_change_outside_the_animated_artists_forces_a_full_draw():

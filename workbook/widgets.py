@@ -17,17 +17,19 @@ of printing a new one into the calling cell. A status line under the image, `ren
 written together with the image: it states which control values the image shows (the browser test
 compares it with the sliders), or the error update() raised.
 
-Speed: a redraw is update() plus one Agg draw of the figure plus a PNG encode (a few ms), and the Agg
-draw is mostly ticks and text (one axes about 15 ms, three axes about 45 ms on a quiet 2-core machine).
-So figures stay small and the dpi modest (DPI); the layout engine (constrained / tight) runs once, at
-the first render, and is then frozen (a layout pass per frame doubled the draw of three axes: fix axis
-limits, or leave margin, when tick labels can grow); and artists created with `animated=True` are
-*blitted*: while nothing else in the figure changed (fig.stale), a redraw restores the cached background
-and draws only them, about 10x faster for three axes (FigureRenderer). Mark the lines / bars / texts
-update() changes `animated=True` when the axes limits stay fixed; when update() also rescales an axis,
-the figure is stale and the redraw is a full one, still correct. Expensive inputs of a slider position
-(training replays) belong in a cache keyed by their inputs (functools.lru_cache on a notebook-level
-function), so moving back and forth is free.
+Speed: a redraw is update(), one Agg render of the figure and a PNG encode (a few ms). A full Agg draw is
+mostly ticks and text (one axes about 15 ms, three axes about 45 ms on a quiet 2-core machine), so:
+  - figures stay small and the dpi modest (DPI);
+  - the layout engine (constrained / tight) runs once, at the first render, and is then frozen (a layout
+    pass per frame doubled the draw of three axes): fix axis limits, or leave margin, if tick labels grow;
+  - what update() changes is *blitted* (FigureRenderer): the first slider move draws everything and marks
+    the artists it changed animated=True; while nothing else in the figure changes (fig.stale), later
+    moves restore the cached background and draw only those (about 10x faster for three axes). An update
+    that also rescales an axis or edits a label makes every redraw a full one: still correct, just slower,
+    so set limits once (ax.set_ylim) when the data allow. Artists can be marked up front with
+    animated=True (or plots.animated) to skip the first full draw.
+Expensive inputs of a slider position (training replays) belong in a cache keyed by their inputs
+(functools.lru_cache on a notebook-level function), so moving back and forth costs only the render.
 
 The older `live_figure` (an `interactive` that re-draws a new figure per change) is deprecated and kept
 until every notebook is converted.
@@ -43,7 +45,13 @@ import traceback
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import FigureBase
+from matplotlib.image import AxesImage
+from matplotlib.spines import Spine
+from matplotlib.text import Text
 from PIL import Image
 
 from workbook.plots import figures_not_shown
@@ -52,6 +60,8 @@ log = logging.getLogger(__name__)
 
 DPI = 80
 """render resolution of live_plot figures (pixels per inch): 6 x 3 in -> 480 x 240 px"""
+AUTO_ANIMATE = True
+"""live_plot blits what its update changes after the first slider move (FigureRenderer); False: full draws"""
 
 
 def slider(value, lo, hi, step, description, *, integer=False, log=False):
@@ -93,28 +103,75 @@ def encode_png(canvas: FigureCanvasAgg) -> bytes:
     return buffer.getvalue()
 
 
+def _animatable(artist, owner_patch) -> bool:
+    """Can this direct child of an axes (or of the figure) be redrawn alone over a background? Not the
+    axis machinery (ticks are rebuilt inside Axis.draw), not images (Axes.draw keeps animated images in the
+    background anyway), not the owner's background patch, nor what draws nothing (hidden, empty text)."""
+    if isinstance(artist, Axis | Spine | AxesImage | Axes | FigureBase) or artist is owner_patch:
+        return False
+    return artist.get_visible() and not (isinstance(artist, Text) and not artist.get_text())
+
+
+def _children(owner) -> list:
+    return [a for a in owner.get_children() if _animatable(a, owner.patch)]
+
+
+def animate_changed(fig) -> list:
+    """Mark animated=True what update() just changed (matplotlib marks a changed artist stale until its next
+    draw) among the direct children of each axes and of the figure, plus, to keep the drawing order, every
+    sibling at the same or a higher zorder (legends, annotations). -> the artists newly marked."""
+    marked = []
+    for owner in (*fig.axes, fig):
+        children = _children(owner)
+        changed = [a for a in children if a.stale and not a.get_animated()]
+        if changed:
+            lowest = min(a.get_zorder() for a in changed)
+            marked += [a for a in children if a.get_zorder() >= lowest and not a.get_animated()]
+    for artist in marked:
+        artist.set_animated(True)
+    return marked
+
+
+def animated_artists(fig) -> list:
+    """Every artist marked animated=True, in drawing order: axes by axes (by their zorder), by zorder within
+    one, then the figure's own artists (texts, legends) by zorder."""
+    ordered = []
+    for ax in sorted(fig.axes, key=lambda ax: ax.get_zorder()):
+        ordered += sorted(ax.findobj(lambda a: a.get_animated(), include_self=False), key=lambda a: a.get_zorder())
+    own = [a for c in fig.get_children() if not isinstance(c, Axes | FigureBase)
+           for a in c.findobj(lambda a: a.get_animated())]
+    return ordered + sorted(own, key=lambda a: a.get_zorder())
+
+
 class FigureRenderer:
-    """One figure on its own Agg canvas -> PNG, re-drawing only the artists marked animated=True when
-    nothing else changed (matplotlib's blitting recipe).
+    """One figure on its own Agg canvas -> PNG, re-drawing only the animated artists while nothing else
+    in the figure changed (matplotlib's blitting recipe).
 
     A full draw (canvas.draw(), which leaves animated artists out, then a copy of that background) happens
     at the first render and whenever fig.stale: matplotlib sets it on any change to a non-animated artist,
-    axis limits, scales, labels, added artists. Otherwise the background is restored and only the animated
-    artists are drawn over it, in zorder: about 10x faster for three axes of fixed limits (their ticks and
-    labels are most of a draw). Animated artists land on top of everything (legends included).
+    axis limits, scales, labels, added or removed artists. Otherwise the background is restored and only
+    the animated artists are drawn over it: about 10x faster for three axes of fixed limits (their ticks
+    and labels are most of a draw). Every animated artist is redrawn each frame from its current state, and
+    any other change forces a full draw, so the image is always the figure's current state; only the
+    drawing order can differ (animated artists come last: above the spines).
+
+    Which artists are animated: those the author created with animated=True, and, with auto_animate, those
+    an update changed, found at its full draw (animate_changed): the first slider move draws everything,
+    the next ones only what moves.
     """
 
-    def __init__(self, fig):
-        self.figure = fig
+    def __init__(self, fig, *, auto_animate: bool = True):
+        self.figure, self.auto_animate = fig, auto_animate
         self.canvas = FigureCanvasAgg(fig)  # replaces pyplot's canvas; reused by every render
         self.background, self.animated, self.full_draws = None, [], 0
 
     def render(self) -> bytes:
         fig = self.figure
         if self.background is None or fig.stale:
+            if self.auto_animate and self.full_draws:  # after the first render: what the last update changed
+                animate_changed(fig)
             self.canvas.draw()
-            animated = fig.findobj(lambda a: a is not fig and a.get_animated())
-            self.animated = sorted(animated, key=lambda a: a.get_zorder())
+            self.animated = animated_artists(fig)
             self.background = self.canvas.copy_from_bbox(fig.bbox) if self.animated else None
             self.full_draws += 1
         else:
@@ -142,7 +199,7 @@ class LivePlot(widgets.VBox):
         fig.set_dpi(dpi)
         if fig.patch.get_alpha() is not None and fig.patch.get_alpha() < 1:
             fig.patch.set_alpha(1.0)  # an opaque background: the image must read on a dark theme too
-        self.renderer = FigureRenderer(fig)
+        self.renderer = FigureRenderer(fig, auto_animate=AUTO_ANIMATE)
         self.canvas = self.renderer.canvas
         self.image = widgets.Image(format="png")
         self.image.add_class("live-plot-image")
@@ -204,9 +261,9 @@ def live_plot(fig, update, *, caption=None, **controls) -> LivePlot:
     returns the numbers a check cell prints (kept as w.result). It runs once now with the initial values,
     then on every change of any control; each run is followed by one Agg draw of `fig` into the image.
     fig is closed in pyplot (never displayed inline) and redrawn on its own Agg canvas at DPI; its layout
-    is computed at the first render and then kept. Artists created with animated=True are redrawn alone
-    over a cached background while the rest of the figure is unchanged (see FigureRenderer): the fast path
-    for axes of fixed limits.
+    is computed at the first render and then kept. What update changes (found at the first move, or marked
+    animated=True up front) is redrawn alone over a cached background while the rest of the figure is
+    unchanged (FigureRenderer): the fast path, for axes of fixed limits.
     Display the returned widget as the cell's last expression (mark the cell # NBVAL_IGNORE_OUTPUT).
     """
     return LivePlot(fig, update, controls, caption=caption)

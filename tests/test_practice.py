@@ -247,6 +247,12 @@ def test_hints_name_only_remaining_bugs(level):
     assert not BUG_TOKEN.findall("\n".join(lines))
 
 
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_each_bugs_hint_names_that_bug_only(level):
+    for b in catalog.BUG_IDS:
+        assert set(BUG_TOKEN.findall("\n".join(practice.hint_lines(b, level)))) == {b}, (b, level)
+
+
 def test_spec_sentences_name_real_test_groups():
     import test_spec
 

@@ -98,7 +98,7 @@ def test_unknown_funcs_are_refused(tmp_path, capsys):
 # Stubs fail what they stub, and nothing else
 
 
-@pytest.mark.parametrize("funcs", [None, "sample_from_logits", "group_advantage", "grpo_loss",
+@pytest.mark.parametrize("funcs", [None, "all", "sample_from_logits", "group_advantage", "grpo_loss",
                                    "masked_mean,kl_to_reference", "completion_logits"])
 def test_stub_file_fails_every_sentence_it_stubs_and_nothing_else(tmp_path, funcs):
     stubbed = scratch.parse_funcs(funcs)

@@ -55,8 +55,6 @@ SPEC_FUNCS = ("sample_from_logits", "group_advantage", "grpo_loss")
 SITES = tuple(dict.fromkeys(b.function for b in catalog.BUGS))  # catalog order, each site once
 FUNCS_HEADER = "# scratch-funcs:"
 NOT_WRITTEN = "not written yet"
-
-
 CannotGrade = practice.CannotGrade  # the file cannot be graded: one clear line, exit code 2
 TRAIN_SECONDS = 300.0  # time limit of the training run (about 5 s on a quiet 2-core machine)
 
@@ -611,8 +609,9 @@ def declared_funcs(source: str) -> tuple[str, ...]:
 def load_scratch(path: Path | str) -> tuple[types.ModuleType, tuple[str, ...]]:
     """Import the learner's file as a fresh module; CannotGrade with one clear line (the mock grader's
     wording) if it is missing, not Python, fails to import, or lost a public function or signature."""
-    practice._warm_up()  # the first Adam imports torch._dynamo: never inside a time limit (an interrupted
-    path = Path(path)  # import leaves the module half-initialised for the rest of the process)
+    practice._warm_up()  # the first Adam imports torch._dynamo: do it outside any time limit, since an
+    # import interrupted by the alarm would leave torch._dynamo half-initialised for the rest of the process
+    path = Path(path)
     if not path.is_file():
         raise CannotGrade(f"{path}: no such file")
     try:

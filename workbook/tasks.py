@@ -76,4 +76,33 @@ class LengthTask:
         return torch.where(ended, score, torch.zeros_like(score))
 
 
-TASKS = {"echo": EchoTask, "reverse": ReverseTask, "sparse": SparseMatchTask, "length": LengthTask}
+class RambleTask:
+    """Answer first, then stop before the limit; what comes in between is free.
+
+    Prompt: two tokens a, b in 1..5. The answer is the first generated token and must be (a + b) mod 5 + 1;
+    any tokens may follow, but the completion must end with EOS within max_completion_length = 12 tokens.
+    Reward: 1 if the answer is right and the completion ended, else 0 (binary). Length is not scored
+    except at the limit, so every truncated completion is wrong: wrong answers tend to be long. A uniform
+    random policy scores 1/6 * (1 - (5/6)^11), about 0.14 (notebook 06 §1 and §7 train on it).
+    """
+
+    vocab_size = 6
+    eos_id = 0
+    prompt_length = 2
+    max_completion_length = 12
+
+    def prompts(self, n, generator=None):
+        return torch.randint(1, self.vocab_size, (n, self.prompt_length), generator=generator)
+
+    def answer(self, prompts):
+        """The right first token for each prompt: (a + b) mod 5 + 1. (n,)"""
+        return prompts.sum(dim=1) % (self.vocab_size - 1) + 1
+
+    def reward(self, prompts, completions, mask):
+        ended = ((completions == self.eos_id) & mask.bool()).any(dim=1)  # (n,) an EOS was generated
+        right = _answer(completions, mask, 1)[:, 0] == self.answer(prompts)  # (n,)
+        return (right & ended).float()
+
+
+TASKS = {"echo": EchoTask, "reverse": ReverseTask, "sparse": SparseMatchTask, "length": LengthTask,
+         "ramble": RambleTask}

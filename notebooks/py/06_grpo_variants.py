@@ -1,0 +1,1378 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 — GRPO variants: what each switch in TRL and verl changes
+#
+# **The interview question.** *"You fixed the trainer. Now the config has `loss_type`, `scale_rewards`,
+# `epsilon_high`, `importance_sampling_level`, `beta`, `mask_truncated_completions`. What does each one
+# change in the gradient, and which would you turn on?"*
+#
+# Every variant below is one twin function swapped for another (the catalog's hybrid mechanism,
+# `catalog.swapped`), so the twins stay hand-out sized. Each section has the equation, the switch's name
+# in TRL and in verl (quoted from the file and version we read), a tiny input that shows the difference
+# exactly, a short training comparison, a slider where a knob exists, and a catalog-style note: symptom,
+# the statistic that shows it, the fix.
+#
+# 1. Loss aggregation: token mean, per-sequence mean (the paper), a constant (Dr. GRPO).
+# 2. Advantage scaling: group std, batch std, none.
+# 3. Clip-higher and entropy collapse.
+# 4. Sequence-level ratio (GSPO).
+# 5. Dynamic sampling: dropping groups whose rewards are all equal.
+# 6. Where the KL goes: in the reward (k1) or in the loss (k3).
+# 7. Truncated completions: masking them or a soft length penalty.
+#
+# **Sources.** TRL 1.16.0 and verl 0.9.1, read from their PyPI wheels (`pip download --no-deps`) and
+# cross-checked against the same files in the search index. TRL: `trl/trainer/grpo_config.py`
+# (docstring of `GRPOConfig`), `trl/trainer/grpo_trainer.py` (`_compute_loss`, the advantage code),
+# `trl/trainer/rloo_trainer.py`, `trl/rewards/other_rewards.py`. verl: `verl/trainer/config/actor/actor.yaml`,
+# `verl/trainer/config/ppo_trainer.yaml`, `verl/trainer/config/algorithm.py`,
+# `verl/trainer/ppo/core_algos.py`, `verl/trainer/ppo/ray_trainer.py`. In verl the actor options sit
+# under `actor_rollout_ref.actor.` and the algorithm options under `algorithm.`.
+#
+# The code each section teaches is in its cells; `workbook/variants.py` only builds the swapped modules,
+# runs and caches the short training runs (so a slider move replays nothing), and draws.
+
+# %%
+import logging
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+
+import grpo_fixed
+import workbook  # noqa: F401  (one torch thread)
+from workbook import variants
+from workbook.tasks import RambleTask, ReverseTask, SparseMatchTask
+from workbook.widgets import live_plot, set_value, slider
+
+logging.getLogger("grpo").setLevel(logging.ERROR)  # variants fail a health check or two by design
+started = time.perf_counter()
+SHORT = dict(steps=30, prompts_per_batch=8)  # every training run: 30 iterations of 8 prompts x 8 samples
+TAIL = 15  # statistics of a run: mean over its last 15 iterations
+COLORS = {"token mean": "tab:blue", "sequence mean": "tab:red", "constant": "tab:green"}
+print(f"every training run: {SHORT['steps']} iterations of {SHORT['prompts_per_batch']} prompts x "
+      f"{grpo_fixed.Config.group_size} samples, seed 0; (tail) = mean over the last {TAIL} iterations")
+
+# %% [markdown]
+# ## 1. Loss aggregation
+#
+# **Question.** The clipped objective is per token, J_{i,t} = min(ρ_{i,t} A_i, clip(ρ_{i,t}) A_i). How
+# are the tokens of N completions of different lengths |o_i| averaged into one loss, and why does it
+# matter?
+#
+# **Key equations** (T_max = max_completion_length):
+#
+# <table>
+# <tr><th>aggregation</th><th>loss</th><th>weight of one token</th><th>weight of one completion</th></tr>
+# <tr><td>token mean over the batch (the twins, DAPO)</td><td>$-\frac{1}{\sum_i \lvert o_i\rvert}\sum_{i,t}
+# J_{i,t}$</td><td>$1/\sum_j \lvert o_j\rvert$</td><td>$\lvert o_i\rvert/\sum_j \lvert o_j\rvert$</td></tr>
+# <tr><td>per-sequence mean, then mean (the GRPO paper)</td><td>$-\frac{1}{N}\sum_i \frac{1}{\lvert o_i\rvert}\sum_t
+# J_{i,t}$</td><td>$1/(N\lvert o_i\rvert)$</td><td>$1/N$</td></tr>
+# <tr><td>constant normaliser (Dr. GRPO)</td><td>$-\frac{1}{N\,T_{max}}\sum_{i,t} J_{i,t}$</td><td>$1/(N
+# T_{max})$</td><td>$\lvert o_i\rvert/(N T_{max})$</td></tr>
+# </table>
+#
+# The per-sequence mean gives every completion the same total weight, so a long completion's tokens
+# each get less: a long *wrong* answer is penalised less per token than a short one. Under the other two
+# every token counts the same.
+#
+# **The switch.**
+#
+# <table>
+# <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
+# <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.loss_type</code>: <code>"grpo"</code> ("normalizing over sequence
+# length"), <code>"bnpo"</code> (active tokens of the local batch), <code>"dapo"</code> (active tokens of the global
+# accumulated batch), <code>"dr_grpo"</code> ("a global constant ... corresponds to
+# <code>max_completion_length</code>")</td><td><code>"dapo"</code></td><td><code>trl/trainer/grpo_config.py</code>;
+# the four formulas in <code>GRPOTrainer._compute_loss</code>, <code>grpo_trainer.py</code></td></tr>
+# <tr><td>verl 0.9.1</td><td><code>actor_rollout_ref.actor.loss_agg_mode</code>: <code>token-mean</code>,
+# <code>seq-mean-token-mean</code>, <code>seq-mean-token-sum</code>, <code>seq-mean-token-sum-norm</code> (divided
+# by <code>loss_scale_factor</code>, "If null, uses response_length"),
+# <code>token-sum</code></td><td><code>token-mean</code></td><td><code>verl/trainer/config/actor/actor.yaml</code>;
+# <code>agg_loss</code> in <code>verl/trainer/ppo/core_algos.py</code></td></tr>
+# </table>
+#
+# The per-token objective and the three reductions (the twins' `grpo_loss` is the first one):
+
+# %%
+def per_token_objective(logprobs, old_logprobs, advantages, mask, clip_low, clip_high):
+    """J_t = min(rho_t A, clip(rho_t, 1 - clip_low, 1 + clip_high) A), 0 where masked.
+    logprobs, old_logprobs, mask (N, T); advantages (N,) -> (N, T)"""
+    ratio = torch.exp(torch.where(mask, logprobs - old_logprobs.detach(), 0.0))  # (N, T)
+    adv = advantages.detach()[:, None]  # (N, 1): one advantage per completion
+    J = torch.min(ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv)  # (N, T)
+    return torch.where(mask, J, 0.0)
+
+
+def token_mean(J, mask):
+    """sum_{i,t} J / sum_i |o_i|: the twins, TRL "dapo" / "bnpo", verl token-mean."""
+    return J.sum() / mask.sum().clamp(min=1)
+
+
+def sequence_mean(J, mask):
+    """(1/N) sum_i (1/|o_i|) sum_t J: the GRPO paper, TRL "grpo", verl seq-mean-token-mean."""
+    return (J.sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
+
+
+def constant(J, mask):
+    """sum_{i,t} J / (N T_max): Dr. GRPO, TRL "dr_grpo". The twins pad completions to
+    max_completion_length, so mask.numel() = N * T_max."""
+    return J.sum() / mask.numel()
+
+
+def aggregated_loss(aggregate, clip_high=None):
+    """A grpo_loss with the twins' signature: -aggregate(J, mask). clip_high (section 3) is the upper
+    clip radius, by default the same as clip. Helpers are closed over: a swapped function runs with the
+    globals of its grpo_fixed copy, not the notebook's."""
+    objective = per_token_objective
+
+    def grpo_loss(logprobs, old_logprobs, advantages, mask, clip=0.2):
+        mask = mask.bool()
+        J = objective(logprobs, old_logprobs, advantages, mask, clip, clip if clip_high is None else clip_high)
+        return -aggregate(J, mask)
+
+    return grpo_loss
+
+
+AGGREGATIONS = {"token mean": token_mean, "sequence mean": sequence_mean, "constant": constant}
+
+# %% [markdown]
+# First a check that the token mean *is* the twins' loss, value and gradient, on a random input with
+# ratios away from 1 and some masked tokens:
+
+# %%
+g = torch.Generator().manual_seed(0)
+logp = (-torch.rand(5, 7, generator=g, dtype=torch.float64)).requires_grad_(True)  # (N, T)
+old = logp.detach() + 0.3 * torch.randn(5, 7, generator=g, dtype=torch.float64)  # ratios spread around 1
+adv, mask = torch.randn(5, generator=g, dtype=torch.float64), torch.rand(5, 7, generator=g) < 0.7
+ours = aggregated_loss(token_mean)(logp, old, adv, mask)
+(grad_ours,) = torch.autograd.grad(ours, logp)
+twin = grpo_fixed.grpo_loss(logp, old, adv, mask)
+(grad_twin,) = torch.autograd.grad(twin, logp)
+print(f"loss: ours {ours.item():+.6f}, twin {twin.item():+.6f}; max |gradient difference| "
+      f"{(grad_ours - grad_twin).abs().max().item():.1e}")
+assert torch.allclose(ours, twin) and torch.allclose(grad_ours, grad_twin)
+
+# %% [markdown]
+# **Tiny input.** Four completions of lengths 1, 2, 4 and 8 (T_max = 8) at ρ = 1, advantages +1, −1,
+# +1, −1. The gradient of the loss with respect to a token's log-prob is −A times that token's weight,
+# so autograd reads the weights off directly.
+
+# %%
+LENGTHS, ADVANTAGES = [1, 2, 4, 8], [1.0, -1.0, 1.0, -1.0]
+
+
+def token_weights(aggregate, lengths, advantages, t_max):
+    """Per-completion weight of one token: -dLoss/dlogp_t / A_i at ratio 1 (the same for every token of
+    a completion). -> (N,)"""
+    mask = torch.arange(t_max)[None, :] < torch.tensor(lengths)[:, None]  # (N, T_max)
+    logp = torch.zeros(len(lengths), t_max, dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor(advantages, dtype=torch.float64)
+    aggregated_loss(aggregate)(logp, logp.detach(), adv, mask).backward()
+    return -logp.grad[:, 0] / adv
+
+
+weights = {name: token_weights(agg, LENGTHS, ADVANTAGES, 8) for name, agg in AGGREGATIONS.items()}
+print(f"{'length':>6} {'A':>5} | " + " | ".join(f"{name:>24}" for name in weights))
+print(f"{'':>6} {'':>5} | " + " | ".join(f"{'per token':>11} {'completion':>12}" for _ in weights))
+for i, (length, a) in enumerate(zip(LENGTHS, ADVANTAGES, strict=True)):
+    print(f"{length:6d} {a:+5.1f} | " + " | ".join(f"{w[i].item():11.5f} {length * w[i].item():12.5f}"
+                                                 for w in weights.values()))
+assert torch.allclose(weights["token mean"], torch.full((4,), 1 / 15, dtype=torch.float64))
+assert torch.allclose(weights["sequence mean"], 1 / (4 * torch.tensor(LENGTHS, dtype=torch.float64)))
+assert torch.allclose(weights["constant"], torch.full((4,), 1 / 32, dtype=torch.float64))
+
+# %% [markdown]
+# Under the per-sequence mean the length-8 wrong answer's tokens each weigh 0.03125, a quarter of the
+# length-2 wrong answer's 0.125: the same mistake, spread over more tokens, is penalised less per
+# token. Its completion total (0.25) is the same as every other completion's. Under the token mean and
+# the constant every token weighs the same (1/15 and 1/32), so a completion's total grows with its length.
+# The token mean and the constant differ only by a factor that is the same for every token of a batch
+# (Σ|o_i| against N·T_max); across batches the token mean's factor moves with the lengths, the constant's
+# does not.
+#
+# **Slider.** The weight of one token of a completion of length L, in a batch of four whose other three
+# completions have length 4, as L goes from 1 to T_max = 12 (the task below).
+
+# %%
+T_MAX = RambleTask.max_completion_length
+ls = list(range(1, T_MAX + 1))
+curves = {name: [token_weights(agg, [L, 4, 4, 4], [1.0] * 4, T_MAX)[0].item() for L in ls]
+          for name, agg in AGGREGATIONS.items()}  # weight of one token of the length-L completion
+fig1, ax1 = plt.subplots(figsize=(6, 3), layout="constrained")
+dots = {}
+for name, ys in curves.items():
+    ax1.plot(ls, ys, color=COLORS[name], label=name)
+    (dots[name],) = ax1.plot([ls[0]], [ys[0]], "o", color=COLORS[name])
+ax1.set(xlabel="completion length L", ylabel="weight of one of its tokens", yscale="log")
+ax1.legend(fontsize="small")
+
+
+def update_weights(L):
+    for name, dot in dots.items():
+        dot.set_data([L], [curves[name][L - 1]])
+    return {name: curves[name][L - 1] for name in curves}
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_weights = live_plot(fig1, update_weights, L=slider(2, 1, T_MAX, 1, "L", integer=True))
+display(w_weights)
+
+# %%
+at = {}
+for L in (1, 12):
+    at[L] = set_value(w_weights, "L", L)
+    print(f"L = {L:2d}: " + ", ".join(f"{name} {value:.4f}" for name, value in at[L].items()))
+assert at[1]["sequence mean"] > at[1]["token mean"] > at[1]["constant"]
+assert math.isclose(at[12]["sequence mean"], at[12]["constant"]) and at[12]["constant"] < at[12]["token mean"]
+
+# %% [markdown]
+# **Training.** `RambleTask` (workbook/tasks.py): the answer is the first token, anything may follow,
+# and the completion must end before T_max = 12 tokens; truncated completions are wrong, so wrong answers
+# tend to be long. The reward does not depend on the length otherwise. Three runs, one per aggregation,
+# same seed; per iteration we split the sampled completions by reward and average their lengths.
+
+# %%
+ramble = RambleTask()
+RAMBLE = dict(SHORT, probe=variants.log_ratio_spread)  # the probe lets section 4 reuse these runs
+
+
+def ramble_run(label, **variant):
+    """A variant on RambleTask (sections 1, 4 and 7 share the twin's run through the cache)."""
+    return variants.train_variant(label, ramble, **RAMBLE, **variant)
+
+
+agg_runs = {name: ramble_run("fixed") if name == "token mean" else
+            ramble_run(name.replace(" ", "_"), functions={"grpo_loss": aggregated_loss(AGGREGATIONS[name])})
+            for name in AGGREGATIONS}
+wrong_length = {name: run.sample_mean("length", lambda s: s["reward"] == 0) for name, run in agg_runs.items()}
+right_length = {name: run.sample_mean("length", lambda s: s["reward"] == 1) for name, run in agg_runs.items()}
+print(f"{'aggregation':>14} | {'reward':>6} | {'length, wrong':>13} {'length, right':>13} {'truncated':>9}"
+      "   (tail means)")
+for name, run in agg_runs.items():
+    print(f"{name:>14} | {variants.tail_mean(run.stat('reward'), TAIL):6.3f} | "
+          f"{variants.tail_mean(wrong_length[name], TAIL):13.2f} {variants.tail_mean(right_length[name], TAIL):13.2f} "
+          f"{variants.tail_mean(run.sample_mean('truncated'), TAIL):9.3f}")
+tail_wrong = {name: variants.tail_mean(values, TAIL) for name, values in wrong_length.items()}
+tail_right = {name: variants.tail_mean(values, TAIL) for name, values in right_length.items()}
+tail_reward = [variants.tail_mean(run.stat("reward"), TAIL) for run in agg_runs.values()]
+assert tail_wrong["sequence mean"] > max(tail_wrong["token mean"], tail_wrong["constant"]) + 1.0
+assert tail_right["sequence mean"] > max(tail_right["token mean"], tail_right["constant"])
+assert max(tail_reward) - min(tail_reward) < 0.05
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
+variants.plot_runs(axes[0], agg_runs, lambda run: run.stat("reward"), colors=COLORS, ylabel="reward")
+variants.plot_runs(axes[1], agg_runs, lambda run: run.sample_mean("length", lambda s: s["reward"] == 0),
+                   colors=COLORS, ylabel="mean length, wrong answers")
+variants.plot_runs(axes[2], agg_runs, lambda run: run.sample_mean("length", lambda s: s["reward"] == 1),
+                   colors=COLORS, ylabel="mean length, right answers")
+fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
+plt.show()
+
+# %% [markdown]
+# Under the per-sequence mean the wrong completions are the longest: 6.21 tokens against 4.87 (token
+# mean) and 5.01 (constant), over the last 15 iterations. The right ones run longer too (5.76 against
+# 5.18 and 5.05): the only length signal in this task is the zero reward of a completion that hits the
+# limit, and the per-sequence mean spreads that penalty over all 12 of its tokens (1/(N·12) per token),
+# where the token mean gives each token the same weight as any other. The reward is about the same in
+# the three runs (0.296, 0.252, 0.271): on one seed and 30 iterations the aggregation shows up in the
+# lengths first.
+#
+# > **You should know.**
+# > - Symptom: completions grow longer over training, mostly the wrong ones, while the reward stalls.
+# > - Statistic: the mean length of wrong (low-reward) completions per iteration. TRL logs
+# >   `completions/mean_length` and `completions/mean_terminated_length`, verl `response_length/mean`;
+# >   splitting by correctness is up to you, and it is the split that shows it.
+# > - Fix: a token-level reduction (TRL `loss_type="dapo"`, its default; verl `loss_agg_mode=token-mean`,
+# >   its default) or a constant normaliser (`"dr_grpo"`; verl `seq-mean-token-sum-norm` with a fixed
+# >   `loss_scale_factor`). `loss_type="grpo"` / `seq-mean-token-mean` reproduce the paper and its bias.
+#
+# <details><summary>Question: the token mean and the constant give every token the same weight within a
+# batch. Why would anyone prefer the constant? (Answer)</summary>
+#
+# Across batches the token mean's normaliser Σ|o_i| moves with the lengths: a batch of long completions
+# gets a smaller per-token step than a batch of short ones, and under gradient accumulation the result
+# depends on how the batch was split (TRL's `"bnpo"` note says so). The constant N·T_max is the same for
+# every batch, so each token's gradient is independent of what else was sampled.
+# </details>
+
+# %% [markdown]
+# ## 2. Advantage scaling
+#
+# **Question.** After subtracting the group mean, divide by what? The group's std (the twins), the std
+# of the whole batch, or nothing?
+#
+# **Key equations.** For prompt b with rewards r_{b,1..G}: A_{b,i} = (r_{b,i} − mean_i r_{b,i}) / s with
+# s = std_i r_{b,i} + ε (group), s = std_{b,i} r_{b,i} + ε (batch) or s = 1 (none). For a binary reward
+# with success rate p in the group, the centred rewards are 1 − p and −p with std √(p(1−p)), so a
+# group's total |A| is 2Gp(1−p) unscaled and 2G√(p(1−p)) with the group std: the group std multiplies a
+# group's weight by 1/√(p(1−p)), which is largest for p near 0 or 1, the very hard and very easy
+# prompts. The batch std divides every group by the same number, so it keeps the unscaled weights'
+# proportions.
+#
+# **The switch.**
+#
+# <table>
+# <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
+# <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.scale_rewards</code>: <code>"group"</code> / <code>True</code>
+# ("scaled by the standard deviation within each group"), <code>"batch"</code> ("across the entire batch"),
+# <code>"none"</code> / <code>False</code> ("The Dr. GRPO paper recommends not scaling rewards ... question-level
+# difficulty bias")</td><td><code>"group"</code></td><td><code>trl/trainer/grpo_config.py</code>; the code divides
+# by <code>std + 1e-4</code>, with <code>nanstd</code> (Bessel-corrected), in <code>grpo_trainer.py</code></td></tr>
+# <tr><td>verl 0.9.1</td><td><code>algorithm.norm_adv_by_std_in_grpo</code>: <code>True</code> (divide by the
+# group's <code>torch.std</code>, + <code>epsilon=1e-6</code>) or <code>False</code> ("as in Dr.GRPO"); no batch-std
+# option for GRPO</td><td><code>True</code></td><td><code>verl/trainer/config/ppo_trainer.yaml</code>;
+# <code>compute_grpo_outcome_advantage</code> in <code>core_algos.py</code></td></tr>
+# </table>
+#
+# Both frameworks use the Bessel-corrected std (divide by G − 1), the twins the population std (divide by
+# G, the seed's spec): the same ranking, a factor √(G/(G−1)) apart.
+#
+# The group version is the twins' `batch_advantages`; the other two:
+
+# %%
+def batch_std_advantages(rewards, group_size, eps=1e-8):
+    """A = (r - group mean) / (std over the whole batch + eps). rewards (B*G,) prompt-major -> (B*G,)"""
+    groups = rewards.view(-1, group_size)  # (B, G)
+    centred = groups - groups.mean(dim=1, keepdim=True)
+    return (centred / (rewards.std(unbiased=False) + eps)).reshape(-1).float()
+
+
+def unscaled_advantages(rewards, group_size, eps=1e-8):
+    """A = r - group mean (Dr. GRPO). rewards (B*G,) prompt-major -> (B*G,)"""
+    groups = rewards.view(-1, group_size)  # (B, G)
+    return (groups - groups.mean(dim=1, keepdim=True)).reshape(-1).float()
+
+
+SCALINGS = {"group std": grpo_fixed.batch_advantages, "batch std": batch_std_advantages, "none": unscaled_advantages}
+
+# %% [markdown]
+# **Tiny input.** Three prompts, eight binary rewards each: 1, 4 and 7 successes (a hard, a medium and
+# an easy prompt). For each scaling, the advantage of one success, of one failure, and the group's total
+# |A| (how much that prompt weighs in the update).
+
+# %%
+SUCCESSES = [1, 4, 7]
+rewards = torch.tensor([[1.0] * k + [0.0] * (8 - k) for k in SUCCESSES]).reshape(-1)  # (3*8,) prompt-major
+print(f"{'scaling':>9} | " + " | ".join(f"{f'{k}/8 right: A+, A-, sum|A|':>28}" for k in SUCCESSES))
+group_weight = {}
+for name, fn in SCALINGS.items():
+    adv = fn(rewards, 8).view(3, 8)  # (B, G)
+    group_weight[name] = adv.abs().sum(dim=1)  # (B,)
+    print(f"{name:>9} | " + " | ".join(f"{adv[b, 0].item():+8.4f} {adv[b, -1].item():+8.4f} "
+                                       f"{group_weight[name][b].item():9.4f}" for b in range(3)))
+p = torch.tensor(SUCCESSES, dtype=torch.float64) / 8
+assert torch.allclose(group_weight["none"].double(), 16 * p * (1 - p), atol=1e-6)
+assert torch.allclose(group_weight["group std"].double(), 16 * (p * (1 - p)).sqrt(), atol=1e-5)
+relative = {name: (w[0] / w[1]).item() for name, w in group_weight.items()}  # hard prompt vs medium prompt
+print("weight of the 1/8 prompt relative to the 4/8 prompt: "
+      + ", ".join(f"{name} {value:.4f}" for name, value in relative.items()))
+assert relative["group std"] > relative["batch std"] == relative["none"]
+assert math.isclose(grpo_fixed.batch_advantages(rewards, 8)[0].item(), math.sqrt(7), rel_tol=1e-6)  # sqrt(G - 1)
+
+# %% [markdown]
+# With the group std, a success on the hard prompt gets A = +2.6458 (√(G−1), the largest possible
+# |A|) and the easy prompt's single failure −2.6458; unscaled they are +0.875 and −0.875. Relative to the
+# medium prompt, the hard one weighs 0.6614 with the group std and 0.4375 without (or with the batch std,
+# which divides all three groups by the same 0.5). Scaling by the group std is a choice of which prompts
+# matter, not only of units.
+#
+# **Slider.** A group's total |A| against its number of successes k out of G, for the group std and for
+# no scaling (the batch std is the unscaled curve divided by one number per batch). The slider is G.
+
+# %%
+fig2, ax2 = plt.subplots(figsize=(6, 3), layout="constrained")
+(line_group,) = ax2.plot([], [], "o-", color="tab:blue", label="group std")
+(line_none,) = ax2.plot([], [], "o-", color="tab:orange", label="none")
+ax2.set(xlabel="successes k in the group", ylabel="group's total |A|", xlim=(-0.5, 16.5), ylim=(0, 33))
+ax2.legend(fontsize="small")
+
+
+def update_scaling(G):
+    ks = list(range(G + 1))
+    totals = {name: [SCALINGS[name](torch.tensor([1.0] * k + [0.0] * (G - k)), G).abs().sum().item() for k in ks]
+              for name in ("group std", "none")}
+    line_group.set_data(ks, totals["group std"])
+    line_none.set_data(ks, totals["none"])
+    one = totals["group std"][1] / totals["none"][1]  # one success: how much the group std up-weights it
+    half = totals["group std"][G // 2] / totals["none"][G // 2]
+    return {"one success": one, "half": half}
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_scaling = live_plot(fig2, update_scaling, G=slider(8, 2, 16, 1, "G", integer=True))
+display(w_scaling)
+
+# %%
+for G in (4, 16):
+    r = set_value(w_scaling, "G", G)
+    print(f"G = {G:2d}: group std / none for one success {r['one success']:.4f}, for k = G/2 {r['half']:.4f}")
+    assert r["one success"] > r["half"] == 2.0  # 1/sqrt(p(1-p)) is 2 at p = 1/2 and larger elsewhere
+
+# %% [markdown]
+# **Training.** `SparseMatchTask` (binary reward, most early groups have no success at all): one run per
+# scaling, same seed. Per iteration we also record which prompts carry the update: the share of the
+# batch's total |A| that sits on groups with at most one success or at most one failure.
+
+# %%
+def extreme_share(module, policy, batch, cfg):
+    """Share of sum |A| on groups with <= 1 success or <= 1 failure (binary rewards)."""
+    rewards = batch["rewards"].view(-1, cfg.group_size)  # (B, G)
+    weight = batch["advantages"].abs().view(-1, cfg.group_size).sum(dim=1)  # (B,)
+    k = rewards.sum(dim=1)
+    extreme = (k <= 1) | (k >= cfg.group_size - 1)
+    return {"extreme_share": (weight[extreme].sum() / weight.sum()).item() if weight.sum() > 0 else math.nan}
+
+
+sparse = SparseMatchTask()
+scale_runs = {name: variants.train_variant("fixed" if name == "group std" else name.replace(" ", "_"), sparse,
+                                           functions={} if name == "group std" else {"batch_advantages": fn},
+                                           probe=extreme_share, **SHORT)
+              for name, fn in SCALINGS.items()}
+print(f"{'scaling':>9} | {'reward (tail)':>15} | {'share of |A| on extreme groups, mean over iterations':>53}")
+shares = {}
+for name, run in scale_runs.items():
+    shares[name] = variants.tail_mean(run.probe("extreme_share"), SHORT["steps"])
+    print(f"{name:>9} | {variants.tail_mean(run.stat('reward'), TAIL):15.3f} | {shares[name]:53.3f}")
+assert shares["group std"] > shares["batch std"] > shares["none"]
+scale_reward = {name: variants.tail_mean(run.stat("reward"), TAIL) for name, run in scale_runs.items()}
+assert scale_reward["group std"] == max(scale_reward.values())
+
+# %%
+SCALE_COLORS = {"group std": "tab:blue", "batch std": "tab:purple", "none": "tab:orange"}
+fig, axes = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
+variants.plot_runs(axes[0], scale_runs, lambda run: run.stat("reward"), colors=SCALE_COLORS, ylabel="reward")
+variants.plot_runs(axes[1], scale_runs, lambda run: run.probe("extreme_share"), colors=SCALE_COLORS,
+                   ylabel="share of |A| on extreme groups")
+fig.suptitle("SparseMatchTask, one seed (lines: mean over 5 iterations)")
+plt.show()
+
+# %% [markdown]
+# The group std puts the largest share of the update on extreme groups (0.521 of Σ|A| on average,
+# against 0.504 for the batch std and 0.393 unscaled), as the tiny input predicts. On this task, where
+# learning starts from groups with a single success, it also learns fastest (reward 0.894, against
+# 0.651 and 0.785): one seed, and a task that rewards exactly the prompts the group std up-weights, so
+# read it as "the weighting matters", not as a ranking.
+#
+# > **You should know.**
+# > - The group std up-weights prompts the policy almost always solves or almost always fails (by
+# >   1/√(p(1−p))); no scaling weights prompts by their reward spread, most for p = ½ (Dr. GRPO's
+# >   "difficulty bias" argument). The batch std keeps the unscaled proportions and only fixes the units.
+# > - Symptom of the group std's side: updates dominated by lucky successes on hard prompts and rare
+# >   failures on easy ones; of no scaling: the reward's units set the step (notebook 04 §3).
+# > - Statistic: the share of Σ|A| on groups with ≤ 1 success or ≤ 1 failure, as above.
+# > - Fix: TRL `scale_rewards="batch"` or `"none"`; verl `norm_adv_by_std_in_grpo=False`.
+
+# %% [markdown]
+# ## 3. Clip-higher and entropy collapse
+#
+# **Question.** Why can a token with a positive advantage and a small probability barely grow, and what
+# does DAPO's separate upper clip change?
+#
+# **Key equation.** J = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A). For A > 0 the token's own gradient is
+# zero once ρ > 1 + ε_high, so within one rollout (all inner steps, which share π_old) its probability can
+# be pushed up to about (1 + ε_high)·π_old(a) and no further: an absolute gain of ε_high·π_old(a). At
+# π_old = 0.01 that is 0.002 per rollout; at π_old = 0.7 it is 0.14. Rare tokens with good outcomes
+# (exploration) climb slowly, frequent ones fast, so the distribution sharpens and entropy falls. A
+# larger ε_high lets the rare ones climb faster; ε_low stays small so that bad tokens cannot be pushed
+# down too far in one rollout.
+#
+# **The switch.**
+#
+# <table>
+# <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
+# <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.epsilon</code> (lower) and <code>epsilon_high</code> ("If not
+# specified, it defaults to the same value as the lower-bound ... DAPO recommends
+# <code>0.28</code>")</td><td><code>epsilon=0.2</code>,
+# <code>epsilon_high=None</code></td><td><code>trl/trainer/grpo_config.py</code>; <code>coef_2 = torch.clamp(coef_1,
+# 1 - self.epsilon_low, 1 + self.epsilon_high)</code> in <code>grpo_trainer.py</code></td></tr>
+# <tr><td>verl 0.9.1</td><td><code>actor_rollout_ref.actor.clip_ratio_low</code>, <code>clip_ratio_high</code> (and
+# <code>clip_ratio_c</code> = 3.0, the dual-clip bound for A &lt; 0)</td><td>0.2,
+# 0.2</td><td><code>verl/trainer/config/actor/actor.yaml</code>; <code>compute_policy_loss_vanilla</code> in
+# <code>core_algos.py</code></td></tr>
+# </table>
+#
+# `aggregated_loss(token_mean, clip_high=...)` from section 1 is the clip-higher loss.
+#
+# **Tiny input.** One position, four tokens with π_old = [0.70, 0.20, 0.09, 0.01]. One sampled token with
+# A = +1, and small gradient steps on the logits against the same π_old (as the inner steps of one
+# rollout do) until the gradient is exactly zero: how far does that token's probability get?
+
+# %%
+P_OLD = torch.tensor([0.70, 0.20, 0.09, 0.01], dtype=torch.float64)
+
+
+def push_one_token(loss_fn, token, max_steps=2000, lr=0.01):
+    """SGD on the logits of one categorical, loss_fn on the single sampled `token` with A = +1 and
+    pi_old fixed, until the gradient is exactly zero. -> (pi(token) at the end, steps taken)"""
+    logits = P_OLD.log().clone().requires_grad_(True)
+    old = P_OLD.log()[token].reshape(1, 1)  # (1, 1)
+    steps = 0
+    while steps < max_steps:
+        logp = torch.log_softmax(logits, -1)[token].reshape(1, 1)  # (1, 1)
+        loss = loss_fn(logp, old, torch.ones(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.bool))
+        (grad,) = torch.autograd.grad(loss, logits)
+        if not grad.any():
+            break
+        logits, steps = (logits - lr * grad).detach().requires_grad_(True), steps + 1
+    return torch.softmax(logits, -1)[token].item(), steps
+
+
+print(f"{'token':>5} {'pi_old':>7} | {'eps_high':>8} {'steps':>5} {'pi after':>9} {'ratio':>7} {'gain':>7}")
+pushed = {}
+for token in (0, 3):
+    for eps_high in (0.2, 0.28):
+        pi, steps = push_one_token(aggregated_loss(token_mean, clip_high=eps_high), token)
+        pushed[(token, eps_high)] = pi
+        print(f"{token:5d} {P_OLD[token].item():7.2f} | {eps_high:8.2f} {steps:5d} {pi:9.4f} "
+              f"{pi / P_OLD[token].item():7.4f} {pi - P_OLD[token].item():+7.4f}")
+        assert 1 + eps_high < pi / P_OLD[token].item() < (1 + eps_high) * 1.02  # stops one small step past the clip
+gains = {eps: (pushed[(0, eps)] - P_OLD[0].item()) / (pushed[(3, eps)] - P_OLD[3].item()) for eps in (0.2, 0.28)}
+print("absolute gain, likely token / rare token: " + ", ".join(f"eps_high {e}: {g:.0f}x" for e, g in gains.items()))
+assert all(g > 60 for g in gains.values())
+
+# %% [markdown]
+# The upper clip stops the token's own gradient at ρ = 1 + ε_high (ratios 1.2004 and 1.2188 for
+# ε_high = 0.2; the rare token overshoots by one step). The likely token gains 0.1403 in probability, the
+# rare one 0.0022: the same relative cap is a 64 times smaller absolute gain. With ε_high = 0.28 the gains
+# are 0.1960 and 0.0029. The cap limits a token's *own* gradient only: updates driven by other tokens
+# (shared parameters) can move it further (notebook 04 §1).
+#
+# **Slider.** Across rollouts π_old moves up, so the cap compounds: a token that keeps a positive
+# advantage can reach at most π_0(1 + ε_high)^k after k rollouts. How many rollouts from π_0 = 0.01 to
+# 0.5? The figure shows the cap per rollout; the slider is ε_high.
+
+# %%
+def rollouts_needed(p0, target, eps_high):
+    """Smallest k with p0 * (1 + eps_high)^k >= target."""
+    return math.ceil(math.log(target / p0) / math.log(1 + eps_high))
+
+
+fig3, ax3 = plt.subplots(figsize=(6, 3), layout="constrained")
+ks = list(range(41))
+(cap_line,) = ax3.plot(ks, [0.01] * len(ks), color="tab:blue", label="cap with eps_high")
+ax3.plot(ks, [min(1.0, 0.01 * 1.2**k) for k in ks], color="0.6", ls="--", label="eps_high = 0.2")
+ax3.axhline(0.5, color="0.8", lw=0.8)
+ax3.set(xlabel="rollouts k", ylabel="max probability", yscale="log", ylim=(0.008, 1.2))
+ax3.legend(fontsize="small", loc="lower right")
+
+
+def update_cap(eps_high):
+    cap_line.set_ydata([min(1.0, 0.01 * (1 + eps_high) ** k) for k in ks])
+    return {"rollouts": rollouts_needed(0.01, 0.5, eps_high)}
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_cap = live_plot(fig3, update_cap, eps_high=slider(0.28, 0.1, 1.0, 0.02, "eps_high"))
+display(w_cap)
+
+# %%
+needed = {eps: set_value(w_cap, "eps_high", eps)["rollouts"] for eps in (0.2, 0.28, 0.5)}
+print("rollouts from 0.01 to 0.5: " + ", ".join(f"eps_high {eps:.2f}: {k}" for eps, k in needed.items()))
+assert needed[0.2] > needed[0.28] > needed[0.5]
+
+# %% [markdown]
+# **Training.** `ReverseTask` with β = 0 (no KL anchor) and 2 inner epochs of 4 minibatches per rollout
+# (8 inner steps), so that clipping binds; the upper clip ε_high ∈ {0.2, 0.28, 0.4}, the lower clip 0.2.
+# Entropy is the trainer's own `entropy` statistic (mean per-token entropy of the sampling distribution).
+# After each update a probe measures how far the A > 0 tokens actually rose: the median ratio π/π_old
+# of those that were rare (π_old < 0.2) and of those that were likely (π_old > 0.5).
+
+# %%
+CLIPPY = dict(SHORT, beta=0.0, inner_epochs=2, minibatches=4)  # 8 inner steps per rollout, no KL anchor
+EPS_HIGH = [0.2, 0.28, 0.4]
+reverse = ReverseTask()
+
+
+def rare_token_ratios(module, policy, batch, cfg):
+    """After the update: the median ratio pi / pi_old of the A > 0 tokens that were rare (pi_old < 0.2)
+    and of those that were likely (pi_old > 0.5)."""
+    logp = module.policy_logprobs(policy, batch["prompts"], batch["completions"], cfg.temperature)  # (N, T)
+    old = batch["old_logprobs"]
+    good = batch["mask"] & (batch["advantages"][:, None] > 0)  # (N, T)
+    ratio = (logp - old).exp()
+    median = lambda sel: ratio[sel].median().item() if sel.any() else math.nan  # noqa: E731
+    return {"rare": median(good & (old.exp() < 0.2)), "likely": median(good & (old.exp() > 0.5))}
+
+
+def clip_run(eps_high):
+    """The clip-higher variant on ReverseTask (cached by variants.train_variant)."""
+    functions = {} if eps_high == 0.2 else {"grpo_loss": aggregated_loss(token_mean, clip_high=eps_high)}
+    return variants.train_variant(f"clip_high_{eps_high}", reverse, **CLIPPY, probe=rare_token_ratios,
+                                  functions=functions)
+
+
+def clip_summary(run):
+    entropy = run.stat("entropy")
+    return {"reward": variants.tail_mean(run.stat("reward"), TAIL), "entropy": variants.tail_mean(entropy, TAIL),
+            "entropy, mean": sum(entropy) / len(entropy),
+            "clip_frac_pos": sum(run.stat("clip_frac_pos")) / len(entropy),
+            "rare": variants.tail_mean(run.probe("rare"), SHORT["steps"]),
+            "likely": variants.tail_mean(run.probe("likely"), SHORT["steps"])}
+
+
+clip_table = {eps: clip_summary(clip_run(eps)) for eps in EPS_HIGH}
+print(f"{'eps_high':>8} | {'reward':>6} {'entropy':>7} {'entropy, mean':>13} {'clip_frac_pos':>13} | "  # tails
+      f"{'median ratio after the update, A > 0: rare':>42} {'likely':>6}")
+for eps, row in clip_table.items():
+    print(f"{eps:8.2f} | {row['reward']:6.3f} {row['entropy']:7.3f} {row['entropy, mean']:13.3f} "
+          f"{row['clip_frac_pos']:13.3f} | {row['rare']:42.3f} {row['likely']:6.3f}")
+low, mid, high = (clip_table[eps] for eps in EPS_HIGH)
+assert low["rare"] < mid["rare"] < high["rare"] and low["likely"] >= mid["likely"] >= high["likely"]
+assert min(mid["entropy"], high["entropy"]) > low["entropy"] and mid["entropy"] > high["entropy"]
+assert min(mid["reward"], high["reward"]) > low["reward"]
+assert all(row["entropy"] < row["entropy, mean"] / 1.3 for row in clip_table.values())  # all lose entropy
+
+# %%
+fig4, axes4 = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
+base = clip_run(0.2)
+for ax, key in zip(axes4, ("reward", "entropy"), strict=True):
+    ax.plot(variants.smooth(base.stat(key)), color="0.5", label="eps_high 0.2")
+    ax.set(xlabel="iteration", ylabel=key)
+(reward_line,) = axes4[0].plot(variants.smooth(base.stat("reward")), color="tab:red", label="eps_high (slider)")
+(entropy_line,) = axes4[1].plot(variants.smooth(base.stat("entropy")), color="tab:red", label="eps_high (slider)")
+axes4[0].legend(fontsize="small")
+fig4.suptitle("ReverseTask, beta = 0, 8 inner steps, one seed (lines: mean over 5 iterations)")
+
+
+def update_clip(eps_high):
+    run = clip_run(eps_high)
+    reward_line.set_ydata(variants.smooth(run.stat("reward")))
+    entropy_line.set_ydata(variants.smooth(run.stat("entropy")))
+    return clip_summary(run)
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_clip = live_plot(fig4, update_clip, eps_high=variants.choice(EPS_HIGH, 0.28, "eps_high"))
+display(w_clip)
+
+# %%
+cached = variants.cached_runs()
+for eps in (0.4, 0.2):
+    r = set_value(w_clip, "eps_high", eps)
+    print(f"eps_high {eps}: reward {r['reward']:.3f}, entropy {r['entropy']:.3f}")
+    assert r == clip_table[eps]
+assert variants.cached_runs() == cached  # a slider move replays a cached run, it trains nothing
+
+# %% [markdown]
+# All three runs lose most of their entropy while the reward is still low (ReverseTask's ceiling is 1;
+# these runs end near 0.35): the collapse is there. Raising ε_high lets the rare good tokens rise
+# further per rollout (median ratio after the update 1.029, 1.058, 1.204 for ε_high = 0.2, 0.28, 0.4)
+# while the likely ones rise no more (1.047, 1.040, 1.028), which is the mechanism of the tiny input.
+# Both larger settings end with more entropy than 0.2 (0.521 and 0.414 against 0.364, last 15
+# iterations) and a higher reward (0.358 and 0.350 against 0.318). That is one seed of a small effect:
+# the entropy is not monotone in ε_high (0.28 keeps the most), and none of the three avoids the
+# collapse.
+#
+# > **You should know.**
+# > - Symptom: entropy falls towards 0 while the reward stalls below its ceiling: the policy has stopped
+# >   exploring before it found the answers.
+# > - Statistic: the trainer's `entropy` (TRL logs `entropy`, verl `actor/entropy`), next to the upper
+# >   clip fraction of A > 0 tokens (`clip_frac_pos` here; TRL `clip_ratio/high_mean`, verl
+# >   `actor/pg_clipfrac`).
+# > - Fix: raise the upper clip only (TRL `epsilon_high=0.28`, verl `clip_ratio_high=0.28`), keep the
+# >   lower one; a KL anchor (β > 0) or an entropy bonus also slow the collapse.
+
+# %% [markdown]
+# ## 4. Sequence-level ratio (GSPO)
+#
+# **Question.** The reward is per sequence, the ratio per token. What if the ratio is per sequence too?
+#
+# **Key equations.** GSPO replaces the per-token ratios ρ_{i,t} by one length-normalised sequence ratio
+#
+# $$s_i = \Big(\frac{\pi_\theta(o_i)}{\pi_{old}(o_i)}\Big)^{1/\lvert o_i\rvert}
+# = \exp\Big(\frac{1}{\lvert o_i\rvert}\sum_t \log\rho_{i,t}\Big),\qquad
+# L = -\frac{1}{N}\sum_i \min\big(s_i A_i,\ \mathrm{clip}(s_i, 1-\varepsilon, 1+\varepsilon) A_i\big),$$
+#
+# the geometric mean of the token ratios. Its gradient is s_i A_i · (1/|o_i|) Σ_t ∇log π_θ(o_{i,t}):
+# every token of a completion gets the same weight, and clipping switches a whole completion off or on.
+#
+# **The switch.**
+#
+# <table>
+# <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
+# <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.importance_sampling_level</code>: <code>"token"</code> or
+# <code>"sequence"</code> ("averages the log-probability ratios across valid tokens to produce a single ratio per
+# sequence")</td><td><code>"token"</code></td><td><code>trl/trainer/grpo_config.py</code>;
+# <code>log_importance_weights = (log_ratio * mask).sum(-1) / mask.sum(-1)</code> in
+# <code>grpo_trainer.py</code></td></tr>
+# <tr><td>verl 0.9.1</td><td><code>actor_rollout_ref.actor.policy_loss.loss_mode: gspo</code> (with
+# <code>clip_ratio_low</code> /
+# <code>clip_ratio_high</code>)</td><td><code>vanilla</code></td><td><code>compute_policy_loss_gspo</code> in
+# <code>core_algos.py</code> (its default <code>loss_agg_mode</code> is
+# <code>"seq-mean-token-mean"</code>)</td></tr>
+# </table>
+
+# %%
+def sequence_log_ratio(logprobs, old_logprobs, mask):
+    """log s_i = mean over the completion's tokens of log(pi / pi_old). -> (N,)"""
+    log_ratio = torch.where(mask, logprobs - old_logprobs.detach(), 0.0)  # (N, T)
+    return log_ratio.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+
+
+def gspo_loss_with(clip_seq=None):
+    """A grpo_loss with the twins' signature and GSPO's sequence ratio; clip_seq overrides the clip
+    radius (GSPO uses a far smaller one than the token-level 0.2)."""
+    seq_log_ratio = sequence_log_ratio
+
+    def grpo_loss(logprobs, old_logprobs, advantages, mask, clip=0.2):
+        eps = clip if clip_seq is None else clip_seq
+        s = torch.exp(seq_log_ratio(logprobs, old_logprobs, mask.bool()))  # (N,)
+        adv = advantages.detach()  # (N,)
+        return -torch.min(s * adv, s.clamp(1 - eps, 1 + eps) * adv).mean()
+
+    return grpo_loss
+
+
+# %% [markdown]
+# **Tiny input.** Two completions of four tokens, both with A = +1, ε = 0.2. The first has token ratios
+# e^{0.4}, e^{−0.3}, e^{0}, e^{0.1} (one token past 1 + ε, one below 1 − ε); the second e^{0.3}, e^{0.3},
+# e^{0.3}, e^{0} (three past 1 + ε). Gradients with respect to each token's log-prob:
+
+# %%
+LOG_RATIOS = torch.tensor([[0.4, -0.3, 0.0, 0.1], [0.3, 0.3, 0.3, 0.0]], dtype=torch.float64)  # (N, T)
+
+
+def ratio_gradients(loss_fn, log_ratios, clip=0.2):
+    """-dLoss/dlogp per token at pi_old = 1 (log_old = 0), A = +1 for every completion. -> (N, T)"""
+    logp = log_ratios.clone().requires_grad_(True)
+    mask = torch.ones_like(log_ratios, dtype=torch.bool)
+    loss_fn(logp, torch.zeros_like(logp), torch.ones(len(log_ratios), dtype=torch.float64), mask, clip).backward()
+    return -logp.grad
+
+
+token_grad = ratio_gradients(grpo_fixed.grpo_loss, LOG_RATIOS)
+seq_grad = ratio_gradients(gspo_loss_with(), LOG_RATIOS)
+s = torch.exp(LOG_RATIOS.mean(dim=1))
+for i in range(2):
+    print(f"completion {i}: token ratios " + " ".join(f"{r:.3f}" for r in LOG_RATIOS[i].exp().tolist())
+          + f" -> s = {s[i].item():.4f}")
+    print("   token-level gradient    " + " ".join(f"{v + 0.0:+.4f}" for v in token_grad[i].tolist()))
+    print("   sequence-level gradient " + " ".join(f"{v + 0.0:+.4f}" for v in seq_grad[i].tolist()))
+assert token_grad[0, 0] == 0 and (token_grad[0, 1:] > 0).all()  # only the token past 1 + eps is clipped
+assert torch.allclose(seq_grad[0], s[0] / 4 / 2 * torch.ones(4, dtype=torch.float64))  # s A / |o| / N each
+assert (seq_grad[1] == 0).all() and token_grad[1, 3] > 0  # s = e^0.225 > 1.2: the whole completion is off
+
+# %% [markdown]
+# In completion 0 the token-level loss switches off the one token past 1 + ε (ratio 1.492) and keeps
+# the others, each weighted by its own ratio (0.0926 for ratio 0.741, 0.1381 for 1.105); the sequence
+# ratio s = 1.0513 is inside the window, so all four tokens get the same s·A/(|o|·N) = 0.1314. In
+# completion 1 three tokens sit at 1.350 and the fourth at 1: token-level clipping keeps the fourth,
+# sequence-level clipping drops the whole completion (s = 1.2523).
+#
+# **Slider.** The clip radius ε: which tokens of the two completions keep a gradient under each ratio
+# (filled: nonzero gradient; hollow: clipped).
+
+# %%
+fig5, ax5 = plt.subplots(figsize=(6, 2.6), layout="constrained")
+xs = [0, 1, 2, 3, 5, 6, 7, 8]  # two completions side by side
+token_dots = ax5.scatter(xs, [1] * 8, s=80, color="tab:blue", label="per-token ratio")
+seq_dots = ax5.scatter(xs, [0] * 8, s=80, color="tab:green", label="sequence ratio (GSPO)")
+ax5.set(yticks=[0, 1], yticklabels=["GSPO", "token"], xticks=xs, ylim=(-0.6, 1.6), xlabel="token (two completions)")
+ax5.set_xticklabels([f"{r:.2f}" for r in LOG_RATIOS.reshape(-1).exp().tolist()], fontsize="small")
+
+
+def update_gspo(clip):
+    counts = {}
+    for dots, fn, name in ((token_dots, grpo_fixed.grpo_loss, "token"), (seq_dots, gspo_loss_with(), "sequence")):
+        live = (ratio_gradients(fn, LOG_RATIOS, clip) != 0).reshape(-1)  # (8,)
+        dots.set_facecolors([dots.get_edgecolors()[0] if on else "white" for on in live.tolist()])
+        counts[name] = int(live.sum())
+    return counts
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_gspo = live_plot(fig5, update_gspo, clip=slider(0.2, 0.05, 0.5, 0.05, "clip"))
+display(w_gspo)
+
+# %%
+for clip in (0.05, 0.2, 0.35):
+    r = set_value(w_gspo, "clip", clip)
+    print(f"clip {clip:.2f}: tokens with a gradient: token ratio {r['token']} of 8, "
+          f"sequence ratio {r['sequence']} of 8")
+assert set_value(w_gspo, "clip", 0.2) == {"token": 4, "sequence": 4}  # the same count, different tokens
+assert set_value(w_gspo, "clip", 0.05)["sequence"] == 0  # s = 1.0513 > 1.05: completion 0 is off too
+
+# %% [markdown]
+# **Training.** `RambleTask` (completions up to 12 tokens), the token-level twin against GSPO with the
+# same ε = 0.2. After each update we measure the spread of the log-ratios the next inner step would see:
+# the std of the per-token log ρ and of the per-completion log s.
+
+# %%
+gspo_runs = {"token ratio": agg_runs["token mean"],  # section 1's twin run (cached, probed)
+             "sequence ratio": ramble_run("gspo", functions={"grpo_loss": gspo_loss_with()})}
+print(f"{'run':>14} | {'reward (tail)':>15} | {'std log rho':>11} {'std log s':>9} | "
+      f"{'tokens outside':>14} {'completions outside':>19}   (spreads: means over iterations)")
+spread = {}
+for name, run in gspo_runs.items():
+    spread[name] = {k: variants.tail_mean(run.probe(k), SHORT["steps"])
+                    for k in ("token_std", "seq_std", "token_out", "seq_out")}
+    print(f"{name:>14} | {variants.tail_mean(run.stat('reward'), TAIL):15.3f} | {spread[name]['token_std']:11.4f} "
+          f"{spread[name]['seq_std']:9.4f} | {spread[name]['token_out']:14.4f} {spread[name]['seq_out']:19.4f}")
+assert all(v["seq_std"] < v["token_std"] and v["seq_out"] < v["token_out"] for v in spread.values())
+assert spread["sequence ratio"]["seq_std"] > spread["token ratio"]["seq_std"]
+assert spread["sequence ratio"]["token_std"] > spread["token ratio"]["token_std"]
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
+GSPO_COLORS = {"token ratio": "tab:blue", "sequence ratio": "tab:green"}
+variants.plot_runs(axes[0], gspo_runs, lambda run: run.stat("reward"), colors=GSPO_COLORS, ylabel="reward")
+for name, run in gspo_runs.items():
+    axes[1].plot(run.probe("token_std"), color=GSPO_COLORS[name], label=f"{name}: std log rho")
+    axes[1].plot(run.probe("seq_std"), color=GSPO_COLORS[name], ls="--", label=f"{name}: std log s")
+axes[1].set(xlabel="iteration", ylabel="std after the update")
+axes[1].legend(fontsize="x-small")
+fig.suptitle("RambleTask, one seed")
+plt.show()
+
+# %% [markdown]
+# Within each run the completion means vary less than the tokens: std of log s 0.1086 against 0.1898
+# for log ρ in the token-level run, 0.1651 against 0.2655 in the GSPO run; 28.10% of the tokens end an
+# update outside [0.8, 1.2] but only 7.66% of the completions (token-level run). With the same ε = 0.2
+# the GSPO run clips less and so moves further per rollout (both spreads are larger than the twin's);
+# the rewards are close (0.296 and 0.316).
+#
+# > **You should know.**
+# > - s_i is a geometric mean: a few tokens that moved a lot barely move it, and a completion is clipped
+# >   as a whole. The clip radius must then be set for s (far smaller than 0.2), not copied from the
+# >   token-level setting: at ε = 0.2 nothing is clipped above.
+# > - Symptom that motivates it: per-token ratios with a wide spread (long completions, mixture-of-
+# >   experts routing that changes between rollout and training) make token-level clipping noisy.
+# > - Statistic: the spread (std) of log ρ per token against that of log s per completion, and the clip
+# >   fraction at each level.
+# > - Switch: TRL `importance_sampling_level="sequence"`, verl `policy_loss.loss_mode=gspo`.
+
+# %% [markdown]
+# ## 5. Dynamic sampling
+#
+# **Question.** A group whose G rewards are all equal has all-zero advantages. What does it cost, and
+# what does dropping it buy?
+#
+# **Key equations.** For a binary reward with success probability p, a group of G is uninformative
+# with probability p^G + (1 − p)^G. Its completions were generated, scored, and go through the update
+# at zero policy-gradient weight (they still enter the KL term, and the token mean's denominator). DAPO's
+# dynamic sampling keeps only groups with std(r) > 0 and samples more prompts until the batch is full.
+#
+# **The switch.**
+#
+# <table>
+# <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
+# <tr><td>TRL 1.16.0</td><td>no <code>GRPOConfig</code> switch; <code>GRPOTrainer</code> logs
+# <code>frac_reward_zero_std</code></td><td>—</td><td><code>trl/trainer/grpo_trainer.py</code></td></tr>
+# <tr><td>verl 0.9.1</td><td><code>algorithm.filter_groups.enable</code>, <code>.metric</code>
+# (<code>"reward"</code>), <code>.max_num_gen_batches</code> ("non-positive values mean no upper limit"), "used by
+# DAPO"</td><td><code>enable: False</code></td><td><code>verl/trainer/config/ppo_trainer.yaml</code>,
+# <code>FilterGroupsConfig</code> in <code>verl/trainer/config/algorithm.py</code></td></tr>
+# </table>
+
+# %%
+def informative(rewards, group_size):
+    """True for groups whose rewards are not all equal. rewards (B*G,) prompt-major -> (B,) bool"""
+    groups = rewards.view(-1, group_size)  # (B, G)
+    return (groups != groups[:, :1]).any(dim=1)
+
+
+def dynamic_sampling(max_batches=4):
+    """A rollout wrapper: draw rollout batches until prompts_per_batch informative groups are kept (at
+    most max_batches draws, verl's max_num_gen_batches). stats['groups_generated'] counts the cost."""
+
+    def factory(module):
+        base = module.rollout
+
+        def rollout(policy, ref_policy, task, cfg, generator):
+            kept, first_stats, generated = [], None, 0
+            for _ in range(max_batches):
+                batch, stats = base(policy, ref_policy, task, cfg, generator)
+                first_stats = first_stats or stats  # the logged reward etc. stay those of a plain batch
+                generated += cfg.prompts_per_batch
+                keep = informative(batch["rewards"], cfg.group_size).repeat_interleave(cfg.group_size)  # (N,)
+                kept.append({k: v[keep] for k, v in batch.items()})
+                if sum(len(b["rewards"]) for b in kept) >= cfg.prompts_per_batch * cfg.group_size:
+                    break
+            n = cfg.prompts_per_batch * cfg.group_size
+            batch = {k: torch.cat([b[k] for b in kept])[:n] for k in kept[0]}  # whole groups: n is a multiple of G
+            first_stats.update(groups_generated=generated, groups_kept=len(batch["rewards"]) // cfg.group_size)
+            return batch, first_stats
+
+        return rollout
+
+    return factory
+
+
+# %% [markdown]
+# **Tiny input.** Two groups of four: [1, 0, 0, 1] and [1, 1, 1, 1]. Only the first survives, and the
+# second's advantages were zero anyway; with p = 0.1 and G = 8, 1 − 0.9^8 − 0.1^8 of the groups survive.
+
+# %%
+tiny = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+print("informative:", informative(tiny, 4).tolist(), " advantages:", grpo_fixed.batch_advantages(tiny, 4).tolist())
+print(f"p = 0.1, G = 8: P(informative) = {1 - 0.9**8 - 0.1**8:.4f}")
+assert informative(tiny, 4).tolist() == [True, False]
+
+# %% [markdown]
+# **Slider.** The fraction of groups wasted, p^G + (1 − p)^G, against the success rate p; the slider is G.
+
+# %%
+fig6, ax6 = plt.subplots(figsize=(6, 3), layout="constrained")
+ps = [i / 100 for i in range(101)]
+(waste_line,) = ax6.plot(ps, [1.0] * len(ps), color="tab:blue")
+ax6.set(xlabel="success rate p", ylabel="P(group uninformative)", ylim=(0, 1.02))
+
+
+def update_waste(G):
+    waste_line.set_ydata([p**G + (1 - p) ** G for p in ps])
+    return {"p=0.1": 0.1**G + 0.9**G, "p=0.5": 2 * 0.5**G}
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_waste = live_plot(fig6, update_waste, G=slider(8, 2, 32, 1, "G", integer=True))
+display(w_waste)
+
+# %%
+for G in (4, 16):
+    r = set_value(w_waste, "G", G)
+    print(f"G = {G:2d}: wasted at p = 0.1 {r['p=0.1']:.4f}, at p = 0.5 {r['p=0.5']:.4f}")
+
+# %% [markdown]
+# **Training.** `SparseMatchTask` (a random policy succeeds about once in 49 samples): the twin against
+# dynamic sampling (at most 4 draws per iteration). The wasted fraction is the trainer's own
+# `zero_var_groups` statistic (of the first draw); the effective batch is the number of informative
+# groups the update sees.
+
+# %%
+ds_runs = {"static": scale_runs["group std"],  # the same run as section 2's group-std run (cached)
+           "dynamic": variants.train_variant("dynamic", sparse, wrap={"rollout": dynamic_sampling(4)}, **SHORT)}
+static, dynamic = ds_runs["static"], ds_runs["dynamic"]
+static_effective = [SHORT["prompts_per_batch"] * (1 - z) for z in static.stat("zero_var_groups")]
+generated = dynamic.stat("groups_generated")
+print(f"static : groups generated {SHORT['steps'] * SHORT['prompts_per_batch']:4d}, wasted "
+      f"{sum(static.stat('zero_var_groups')) / SHORT['steps']:.3f} of them, mean effective batch "
+      f"{sum(static_effective) / SHORT['steps']:.2f} of {SHORT['prompts_per_batch']}, "
+      f"reward (tail) {variants.tail_mean(static.stat('reward'), TAIL):.3f}")
+print(f"dynamic: groups generated {sum(generated):4d}, mean effective batch "
+      f"{sum(dynamic.stat('groups_kept')) / SHORT['steps']:.2f} of {SHORT['prompts_per_batch']}, "
+      f"reward (tail) {variants.tail_mean(dynamic.stat('reward'), TAIL):.3f}")
+assert sum(dynamic.stat("groups_kept")) > 2 * sum(static_effective) and sum(generated) > 3 * len(generated) * 8
+assert variants.tail_mean(dynamic.stat("reward"), TAIL) > variants.tail_mean(static.stat("reward"), TAIL)
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
+axes[0].plot(static.stat("zero_var_groups"), color="tab:blue", label="static: wasted fraction")
+axes[0].set(xlabel="iteration", ylabel="zero_var_groups")
+axes[1].plot(static_effective, color="tab:blue", label="static")
+axes[1].plot(dynamic.stat("groups_kept"), color="tab:green", label="dynamic")
+axes[1].plot(generated, color="tab:green", ls=":", label="dynamic: generated")
+axes[1].set(xlabel="iteration", ylabel="groups")
+axes[1].legend(fontsize="x-small")
+cum_static = [SHORT["prompts_per_batch"] * (i + 1) for i in range(SHORT["steps"])]
+cum_dynamic = [sum(generated[: i + 1]) for i in range(SHORT["steps"])]
+axes[2].plot(cum_static, variants.smooth(static.stat("reward")), color="tab:blue", label="static")
+axes[2].plot(cum_dynamic, variants.smooth(dynamic.stat("reward")), color="tab:green", label="dynamic")
+axes[2].set(xlabel="groups generated so far", ylabel="reward")
+axes[2].legend(fontsize="x-small")
+fig.suptitle("SparseMatchTask, one seed")
+plt.show()
+
+# %% [markdown]
+# Without dynamic sampling 64.2% of the generated groups carried no signal, so the update saw 2.87 of
+# its 8 groups on average. Dynamic sampling filled 6.37 of 8 (the cap of 4 draws was hit early on, when
+# almost every group fails) at the price of 776 generated groups instead of 240, 3.2 times the
+# generation; its reward ends higher (0.976 against 0.894), and per generated group (right panel) the
+# two are much closer.
+#
+# > **You should know.**
+# > - Symptom: the reward is flat and the gradient small while most groups are all-wrong (early, hard
+# >   prompts) or all-right (late, solved prompts); the update sees far fewer prompts than the batch
+# >   size says.
+# > - Statistic: `zero_var_groups` here, `frac_reward_zero_std` in TRL; the effective batch is
+# >   B·(1 − that).
+# > - Fix: dynamic sampling (verl `algorithm.filter_groups.enable=True`), at the price of more generation
+# >   per update; or a larger G for hard prompts (P(waste) = p^G + (1 − p)^G falls with G).
+
+# %% [markdown]
+# ## 6. Where the KL goes
+#
+# **Question.** The penalty β·KL(π ‖ π_ref) can be added to the reward (PPO-RLHF) or to the loss
+# (GRPO). Does it matter, and which estimator goes where?
+#
+# **Key equations.** Per token, with x ∼ π and log r = log π_ref(x) − log π(x):
+#
+# - **In the reward (k1):** r_i ← r_i − β Σ_t (log π_old − log π_ref)(o_{i,t}), computed at rollout with no
+#   gradient; it reaches the policy through the advantage, as a score-function (REINFORCE) term. In
+#   expectation its gradient is β E_x[k1(x) ∇log π(x)] = β ∇KL(π ‖ π_ref).
+# - **In the loss (k3):** L ← L + β · mean_t k3, differentiated directly (pathwise). E_x[∇k3(x)] =
+#   β ∇KL(π_ref ‖ π): the *other* direction (notebook 04 §2).
+# - **k1 in the loss** has E_x[∇k1(x)] = E_x[∇log π(x)] = 0: no pull at all, in expectation.
+# - **β = 0**: no anchor.
+#
+# **The switch.**
+#
+# <table>
+# <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
+# <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.beta</code> (k3 in the loss, "If <code>0.0</code> (default), the
+# reference model is not loaded"); <code>use_bias_correction_kl</code> multiplies the per-token k3 by the ratio ρ.
+# <code>RLOOTrainer</code> puts k1, summed over the tokens, into the reward: <code>rewards = rewards - self.beta *
+# kl</code></td><td><code>beta=0.0</code>,
+# <code>use_bias_correction_kl=True</code></td><td><code>trl/trainer/grpo_config.py</code>,
+# <code>grpo_trainer.py</code>, <code>rloo_trainer.py</code></td></tr>
+# <tr><td>verl 0.9.1</td><td>in the loss: <code>actor_rollout_ref.actor.use_kl_loss</code>,
+# <code>kl_loss_coef</code>, <code>kl_loss_type</code> (<code>"kl"</code> (k1), <code>"abs"</code>,
+# <code>"mse"</code> (k2), <code>"low_var_kl"</code> (k3), <code>"full"</code>); in the reward:
+# <code>algorithm.use_kl_in_reward</code>, <code>algorithm.kl_penalty</code> (same names),
+# <code>algorithm.kl_ctrl.kl_coef</code></td><td><code>use_kl_loss: false</code>, <code>kl_loss_coef: 0.001</code>,
+# <code>kl_loss_type: low_var_kl</code>; <code>use_kl_in_reward: False</code>, <code>kl_penalty:
+# kl</code></td><td><code>verl/trainer/config/actor/actor.yaml</code>, <code>ppo_trainer.yaml</code>;
+# <code>apply_kl_penalty</code> in <code>verl/trainer/ppo/ray_trainer.py</code> (<code>token_level_rewards =
+# token_level_scores - beta * kld</code>), <code>kl_penalty</code> in <code>core_algos.py</code></td></tr>
+# </table>
+#
+# **Tiny input.** One position, three tokens, π = softmax([1, 0, −1]), π_ref uniform. Each placement's
+# expected gradient with respect to π's logits, exactly (a sum over the three tokens weighted by π, the
+# weights held fixed as sampling does), against ∇KL(π ‖ π_ref) and ∇KL(π_ref ‖ π):
+
+# %%
+THETA = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
+LOG_REF = torch.full((3,), -math.log(3), dtype=torch.float64)
+
+
+def expected_grad(per_token):
+    """d/dtheta of sum_x pi(x) f(x) with the weights pi(x) detached (samples carry no gradient), where
+    per_token(logp, logp_detached) -> (V,) is the per-sample term. -> (V,)"""
+    theta = THETA.clone().requires_grad_(True)
+    logp = torch.log_softmax(theta, -1)
+    weights = logp.exp().detach()
+    (weights * per_token(logp, logp.detach())).sum().backward()
+    return theta.grad
+
+
+def exact_grad(kl):
+    theta = THETA.clone().requires_grad_(True)
+    kl(torch.log_softmax(theta, -1)).backward()
+    return theta.grad
+
+
+placements = {
+    "k1 in the reward": expected_grad(lambda lp, lp0: (lp0 - LOG_REF) * lp),  # score function: k1 * log pi
+    "k3 in the loss": expected_grad(lambda lp, lp0: (LOG_REF - lp).exp() - (LOG_REF - lp) - 1),
+    "k1 in the loss": expected_grad(lambda lp, lp0: lp - LOG_REF),
+    "rho * k3 in the loss (TRL)": expected_grad(
+        lambda lp, lp0: (lp - lp0).exp() * ((LOG_REF - lp).exp() - (LOG_REF - lp) - 1)),
+}
+targets = {"grad KL(pi || ref)": exact_grad(lambda lp: (lp.exp() * (lp - LOG_REF)).sum()),
+           "grad KL(ref || pi)": exact_grad(lambda lp: (LOG_REF.exp() * (LOG_REF - lp)).sum())}
+for name, grad in (placements | targets).items():
+    print(f"{name:>28}: " + " ".join(f"{v:+.5f}" for v in grad.tolist()))
+assert torch.allclose(placements["k1 in the reward"], targets["grad KL(pi || ref)"])
+assert torch.allclose(placements["k3 in the loss"], targets["grad KL(ref || pi)"])
+assert torch.allclose(placements["k1 in the loss"], torch.zeros(3, dtype=torch.float64), atol=1e-12)
+assert torch.allclose(placements["rho * k3 in the loss (TRL)"], targets["grad KL(pi || ref)"])
+
+# %% [markdown]
+# Exactly as the equations say: k1 in the reward gives ∇KL(π ‖ π_ref), k3 in the loss gives
+# ∇KL(π_ref ‖ π) (a different vector: +0.33191 against +0.28259 on the first logit), k1 in the loss
+# gives zero, and TRL's ρ·k3 recovers ∇KL(π ‖ π_ref): the derivative of ρ, which is 1 in value, adds
+# k3·∇log π, and k3·∇log π + ∇k3 = k1·∇log π.
+#
+# The twins' `kl_to_reference` is "k3 in the loss". The KL-in-reward variant wraps the copy's `rollout`:
+
+# %%
+def kl_in_reward(beta_reward):
+    """A rollout wrapper: advantages from r_i - beta_reward * sum_t (log pi_old - log pi_ref), k1 at rollout
+    time (verl use_kl_in_reward with kl_penalty=kl; TRL RLOOTrainer). Train it with beta=0 (no KL in
+    the loss); the logged kl statistic is still the k3 estimate."""
+
+    def factory(module):
+        base = module.rollout
+
+        def rollout(policy, ref_policy, task, cfg, generator):
+            batch, stats = base(policy, ref_policy, task, cfg, generator)
+            k1 = torch.where(batch["mask"], batch["old_logprobs"] - batch["ref_logprobs"], 0.0).sum(dim=1)  # (N,)
+            penalised = batch["rewards"] - beta_reward * k1
+            batch["advantages"] = module.batch_advantages(penalised, cfg.group_size, cfg.adv_eps)
+            return batch, stats
+
+        return rollout
+
+    return factory
+
+
+# %% [markdown]
+# **Training.** EchoTask, 40 iterations: KL in the loss (the twin), KL in the reward, and β = 0, for
+# β ∈ {0.1, 0.3} (the slider). The `kl` statistic is the twins' k3 estimate of KL(π ‖ π_ref) at the last
+# inner step.
+
+# %%
+echo = grpo_fixed.EchoTask()
+BETAS = [0.1, 0.3]
+
+
+def kl_runs(beta):
+    return {"KL in the loss (k3)": variants.train_variant("fixed", echo, **SHORT, beta=beta),
+            "KL in the reward (k1)": variants.train_variant(f"kl_reward_{beta}", echo, **SHORT, beta=0.0,
+                                                            wrap={"rollout": kl_in_reward(beta)}),
+            "beta = 0": variants.train_variant("fixed", echo, **SHORT, beta=0.0)}
+
+
+KL_COLORS = {"KL in the loss (k3)": "tab:blue", "KL in the reward (k1)": "tab:orange", "beta = 0": "0.5"}
+fig7, axes7 = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
+kl_lines = {}
+for name, color in KL_COLORS.items():
+    kl_lines[(name, "reward")] = axes7[0].plot([], [], color=color, label=name)[0]
+    kl_lines[(name, "kl")] = axes7[1].plot([], [], color=color, label=name)[0]
+axes7[0].set(xlabel="iteration", ylabel="reward", xlim=(0, SHORT["steps"]), ylim=(0, 1))
+axes7[1].set(xlabel="iteration", ylabel="kl (k3 estimate)", xlim=(0, SHORT["steps"]), ylim=(0, 1.6))
+axes7[0].legend(fontsize="x-small")
+
+
+def update_kl(beta):
+    out = {}
+    for name, run in kl_runs(beta).items():
+        for key in ("reward", "kl"):
+            ys = variants.smooth(run.stat(key))
+            kl_lines[(name, key)].set_data(range(len(ys)), ys)
+        out[name] = (variants.tail_mean(run.stat("reward"), TAIL), variants.tail_mean(run.stat("kl"), TAIL))
+    return out
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_kl = live_plot(fig7, update_kl, beta=variants.choice(BETAS, 0.1, "beta"))
+display(w_kl)
+
+# %%
+kl_table = {}
+for beta in BETAS:
+    kl_table[beta] = set_value(w_kl, "beta", beta)
+    for name, (reward, kl) in kl_table[beta].items():
+        print(f"beta {beta}: {name:>22}  reward (tail) {reward:.3f}  kl (tail) {kl:.4f}")
+free_kl = kl_table[0.1]["beta = 0"][1]
+assert all(kl_table[0.1][name][1] < free_kl / 1.8 for name in ("KL in the loss (k3)", "KL in the reward (k1)"))
+loss_03, reward_03 = kl_table[0.3]["KL in the loss (k3)"], kl_table[0.3]["KL in the reward (k1)"]
+assert reward_03[1] < loss_03[1] / 5 and reward_03[0] < loss_03[0] / 2
+
+# %% [markdown]
+# At β = 0.1 the two placements anchor about equally (k3 estimate 0.9434 in the loss, 0.9218 in the
+# reward, against 1.7942 with β = 0) at about the same reward (0.585, 0.571, 0.567). At β = 0.3 they part:
+# the KL in the loss keeps a reward of 0.465 at KL 0.4748, the KL in the reward pins the policy to the
+# reference (KL 0.0507, reward 0.202). The same β is not the same strength in the two places: in the
+# reward, β·Σ_t k1 competes with the task reward's spread inside the group normalisation; in the loss,
+# β·k3 competes with the normalised advantage term.
+#
+# > **You should know.**
+# > - In the reward, the KL is part of the return: it is baselined and normalised with the task reward
+# >   (here by the group std), so its weight depends on the reward's spread; its gradient is the score-
+# >   function gradient of KL(π ‖ π_ref), unbiased but noisy. In the loss it is a separate, directly
+# >   differentiated term whose weight is β alone.
+# > - k3 in the loss pulls towards the reference along ∇KL(π_ref ‖ π), not ∇KL(π ‖ π_ref); k1 in the loss
+# >   (verl `kl_loss_type: kl`) pulls nowhere in expectation. TRL 1.16.0's `use_bias_correction_kl=True`
+# >   multiplies k3 by ρ, whose gradient restores ∇KL(π ‖ π_ref) (last row above).
+# > - Symptom of a misplaced or mis-chosen KL: the `kl` statistic grows as if β were 0.
+# > - Statistic: `kl` per iteration against a β = 0 run.
+
+# %% [markdown]
+# ## 7. Truncated completions
+#
+# **Question.** A completion that hits max_completion_length without EOS is scored as it stands (here
+# 0). Is that a fair signal?
+#
+# **Key equations.** Truncated: no EOS in the first T_max tokens. Two fixes:
+#
+# - **Mask it:** its tokens leave the loss (mask ← 0 for the whole completion); its reward still enters
+#   the group's mean and std.
+# - **Soft overlong penalty** (DAPO, Eq. 13): with a buffer of C tokens before the limit, add
+#   R_len(L) = 0 for L ≤ T_max − C, (T_max − C − L)/C for T_max − C < L ≤ T_max, and −1 beyond.
+#
+# **The switch.**
+#
+# <table>
+# <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
+# <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.mask_truncated_completions</code> ("truncated completions are excluded
+# from the loss calculation"); the penalty is a reward function,
+# <code>trl.rewards.get_soft_overlong_punishment(max_completion_len,
+# soft_punish_cache)</code></td><td><code>False</code></td><td><code>trl/trainer/grpo_config.py</code>,
+# <code>trl/rewards/other_rewards.py</code></td></tr>
+# <tr><td>verl 0.9.1</td><td>no masking switch found; the penalty is the DAPO reward manager's
+# <code>overlong_buffer_cfg</code> (<code>enable</code>, <code>len</code>, <code>penalty_factor</code>) under
+# <code>reward.reward_kwargs</code></td><td>—</td>
+# <td><code>verl/experimental/reward_loop/reward_manager/dapo.py</code></td></tr>
+# </table>
+
+# %%
+def soft_overlong_penalty(lengths, t_max, cache):
+    """DAPO's R_len(L): 0 up to t_max - cache, then linear down to -1 at t_max, -1 beyond. (N,)"""
+    lengths = lengths.float()
+    ramp = (t_max - cache - lengths) / cache
+    return torch.where(lengths <= t_max - cache, 0.0, torch.where(lengths <= t_max, ramp, -1.0))
+
+
+def mask_truncated(module):
+    """A rollout wrapper: truncated completions keep their reward (and their place in the group's
+    mean and std) but leave the loss."""
+    base = module.rollout
+
+    def rollout(policy, ref_policy, task, cfg, generator):
+        batch, stats = base(policy, ref_policy, task, cfg, generator)
+        cut = variants.truncated(batch["completions"], task.eos_id)  # (N,)
+        batch["mask"] = batch["mask"] & ~cut[:, None]
+        return batch, stats
+
+    return rollout
+
+
+def overlong_penalty(cache):
+    """A rollout wrapper: advantages from reward + soft_overlong_penalty(length). The logged reward stays
+    the task's own."""
+
+    def factory(module):
+        base = module.rollout
+
+        def rollout(policy, ref_policy, task, cfg, generator):
+            batch, stats = base(policy, ref_policy, task, cfg, generator)
+            lengths = variants.completion_lengths(batch["completions"], task.eos_id)  # (N,)
+            shaped = batch["rewards"] + soft_overlong_penalty(lengths, task.max_completion_length, cache)
+            batch["advantages"] = module.batch_advantages(shaped, cfg.group_size, cfg.adv_eps)
+            return batch, stats
+
+        return rollout
+
+    return factory
+
+
+# %% [markdown]
+# **Tiny input.** T_max = 6, three completions: [3, 1, EOS] (length 3), [2, 2, 2, 2, 2, EOS] (length 6,
+# ends exactly at the limit) and [4, 4, 4, 4, 4, 4] (truncated).
+
+# %%
+EOS = 0
+completions = torch.tensor([[3, 1, EOS, EOS, EOS, EOS], [2, 2, 2, 2, 2, EOS], [4, 4, 4, 4, 4, 4]])
+lengths = variants.completion_lengths(completions, EOS)
+cut = variants.truncated(completions, EOS)
+print("lengths", lengths.tolist(), " truncated", cut.tolist())
+for cache in (2, 4):
+    print(f"soft penalty, buffer C = {cache}: " + " ".join(f"{v:+.2f}" for v in
+                                                          soft_overlong_penalty(lengths, 6, cache).tolist()))
+assert lengths.tolist() == [3, 6, 6] and cut.tolist() == [False, False, True]
+assert soft_overlong_penalty(lengths, 6, 4).tolist() == [-0.25, -1.0, -1.0]
+
+# %% [markdown]
+# A completion that ends with its EOS exactly at the limit (length 6) gets the full −1 like the
+# truncated one: the penalty looks at the length only. With C = 4 the ramp starts after length 2, so even
+# the length-3 completion pays 0.25.
+#
+# **Slider.** The penalty R_len(L) for T_max = 12 (RambleTask); the slider is the buffer C.
+
+# %%
+fig8, ax8 = plt.subplots(figsize=(6, 3), layout="constrained")
+Ls = torch.arange(1, T_MAX + 1)
+(pen_line,) = ax8.plot(Ls.tolist(), [0.0] * T_MAX, "o-", color="tab:red")
+ax8.set(xlabel="completion length L", ylabel="R_len(L)", ylim=(-1.1, 0.1))
+
+
+def update_penalty(cache):
+    values = soft_overlong_penalty(Ls, T_MAX, cache)
+    pen_line.set_ydata(values.tolist())
+    return {"first penalised length": int(Ls[values < 0][0]), "penalty at 10": values[9].item()}
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+w_pen = live_plot(fig8, update_penalty, cache=slider(4, 1, 11, 1, "C", integer=True))
+display(w_pen)
+
+# %%
+for cache in (2, 8):
+    r = set_value(w_pen, "C", cache)
+    print(f"C = {cache}: first penalised length {r['first penalised length']}, R_len(10) = {r['penalty at 10']:+.3f}")
+
+# %% [markdown]
+# **Training.** RambleTask: the twin (truncated = reward 0), masking truncated completions, and the soft
+# penalty with C = 4.
+
+# %%
+trunc_runs = {"twin": agg_runs["token mean"],  # section 1's token-mean run (the twin, cached)
+              "mask truncated": ramble_run("mask_truncated", wrap={"rollout": mask_truncated}),
+              "soft penalty C=4": ramble_run("overlong_4", wrap={"rollout": overlong_penalty(4)})}
+print(f"{'run':>16} | {'reward (tail)':>15} {'truncated, mean':>15} {'truncated (tail)':>18} {'length (tail)':>15}")
+trunc_stats = {}
+for name, run in trunc_runs.items():
+    cut_frac = run.sample_mean("truncated")
+    trunc_stats[name] = (variants.tail_mean(run.stat("reward"), TAIL), sum(cut_frac) / len(cut_frac),
+                         variants.tail_mean(cut_frac, TAIL), variants.tail_mean(run.sample_mean("length"), TAIL))
+    print(f"{name:>16} | " + " ".join(f"{v:{w}.3f}" for v, w in zip(trunc_stats[name], (15, 15, 18, 15), strict=True)))
+twin_t, masked_t, soft_t = trunc_stats["twin"], trunc_stats["mask truncated"], trunc_stats["soft penalty C=4"]
+assert masked_t[2] > 5 * twin_t[2] and masked_t[3] > twin_t[3] + 1 > soft_t[3] + 1 and soft_t[2] == 0
+assert max(t[0] for t in trunc_stats.values()) - min(t[0] for t in trunc_stats.values()) < 0.03
+
+# %%
+TRUNC_COLORS = {"twin": "tab:blue", "mask truncated": "tab:red", "soft penalty C=4": "tab:green"}
+fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
+variants.plot_runs(axes[0], trunc_runs, lambda run: run.stat("reward"), colors=TRUNC_COLORS, ylabel="reward")
+variants.plot_runs(axes[1], trunc_runs, lambda run: run.sample_mean("truncated"), colors=TRUNC_COLORS,
+                   ylabel="fraction truncated")
+variants.plot_runs(axes[2], trunc_runs, lambda run: run.sample_mean("length"), colors=TRUNC_COLORS,
+                   ylabel="mean length")
+fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
+plt.show()
+
+# %% [markdown]
+# Masking truncated completions removed the only signal to stop: the truncated fraction rose to
+# 0.113 over the last 15 iterations (0.014 for the twin) and the mean length to 6.456 (4.979). The soft
+# penalty did the opposite: no truncated completion in the last 15 iterations, mean length 4.654. The
+# rewards are within 0.03 of each other (0.296, 0.272, 0.273).
+#
+# > **You should know.**
+# > - A truncated completion's reward says "did not finish", not "wrong": with a right answer that ran
+# >   over, its negative advantage pushes down the right answer's tokens along with the rambling.
+# > - Masking removes that noise and also the only signal to stop: nothing in the loss penalises length
+# >   any more, so watch the truncated fraction.
+# > - Symptom: a rising share of completions at the limit; statistic: the truncated fraction per iteration
+# >   (TRL `completions/clipped_ratio`); fix: TRL `mask_truncated_completions=True` together with a soft
+# >   penalty (`get_soft_overlong_punishment`), verl's `overlong_buffer_cfg`.
+
+# %% [markdown]
+# ## 8. Summary
+#
+# <table>
+# <tr><th>§</th><th>switch (TRL 1.16.0 / verl 0.9.1)</th><th>what it changes</th><th>the statistic that shows
+# it</th></tr>
+# <tr><td>1</td><td><code>loss_type</code> / <code>loss_agg_mode</code></td><td>per-token weight 1/Σ|o|, 1/(N|o_i|)
+# or 1/(N T_max)</td><td>length of wrong completions</td></tr>
+# <tr><td>2</td><td><code>scale_rewards</code> / <code>norm_adv_by_std_in_grpo</code></td><td>which prompts weigh
+# most</td><td>share of Σ|A| on extreme groups</td></tr>
+# <tr><td>3</td><td><code>epsilon_high</code> / <code>clip_ratio_high</code></td><td>how fast rare good tokens can
+# rise</td><td>entropy, upper clip fraction</td></tr>
+# <tr><td>4</td><td><code>importance_sampling_level</code> / <code>policy_loss.loss_mode</code></td><td>one ratio
+# per completion</td><td>std of log ρ vs log s</td></tr>
+# <tr><td>5</td><td>— / <code>algorithm.filter_groups</code></td><td>drops groups with equal
+# rewards</td><td><code>zero_var_groups</code>, effective batch</td></tr>
+# <tr><td>6</td><td><code>beta</code> (+ RLOO) / <code>use_kl_loss</code>,
+# <code>use_kl_in_reward</code></td><td>which KL gradient the anchor applies</td><td><code>kl</code> against a β = 0
+# run</td></tr>
+# <tr><td>7</td><td><code>mask_truncated_completions</code> / <code>overlong_buffer_cfg</code></td><td>what a
+# truncated completion teaches</td><td>truncated fraction</td></tr>
+# </table>
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s, "
+      f"{variants.cached_runs()} training runs")

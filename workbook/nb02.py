@@ -1,9 +1,10 @@
-"""Helpers for notebook 02 (why the importance ratio differs from one). Everything runs the twins' own
-functions (rollout, update_policy, policy_logprobs); these helpers only snapshot, replay and measure.
+"""Machinery for notebook 02 (why the importance ratio differs from one): snapshot a run, replay its next
+update in different ways, draw. Everything runs the twins' own functions (rollout, update_policy,
+policy_logprobs); the formulas the notebook teaches (the eval-mode ratio, which tokens are clipped, the
+token advantages) are defined in the notebook and passed in.
 
 Notation: ratio rho_t = exp(log pi_theta(o_t) - log pi_old(o_t)) over unmasked completion tokens t;
-A_t is the advantage of the token's sequence. A token is "clipped" when the clip is active on the side
-the update pushes it: A > 0 and rho > 1 + eps, or A < 0 and rho < 1 - eps (its surrogate gradient is 0).
+A_t is the advantage of the token's sequence.
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ import copy
 import functools
 from dataclasses import dataclass
 
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
 import torch
+from matplotlib.ticker import MaxNLocator
+from matplotlib.transforms import blended_transform_factory
 
 import grpo_fixed
-from workbook.plots import BUGGY, FIXED
+from workbook.plots import BUGGY, FIXED, REFERENCE
 
 TASK = grpo_fixed.EchoTask()
 SMALL = dict(prompts_per_batch=8, group_size=8)
@@ -38,11 +43,7 @@ def warm_start(iterations: int = 20, seed: int = 0) -> Snapshot:
     """Run the fixed twin's own loop (rollout + update_policy, as in train()) for `iterations`, then
     take one more rollout batch: a mid-run policy, whose next update the notebook replays many ways."""
     cfg = grpo_fixed.make_config(**SMALL)
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    policy = grpo_fixed.TinyPolicy(TASK.vocab_size, cfg.hidden)
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    policy, ref_policy, optimizer, generator = grpo_fixed.setup_run(TASK, cfg, seed)
     for _ in range(iterations):
         batch, _ = grpo_fixed.rollout(policy, ref_policy, TASK, cfg, generator)
         grpo_fixed.update_policy(policy, optimizer, batch, cfg, generator)
@@ -69,132 +70,189 @@ def rollout_with(module, snap: Snapshot, *, seed: int = 1, **overrides):
     return module.rollout(policy, snap.ref_policy, TASK, cfg, torch.Generator().manual_seed(seed))
 
 
-def token_advantages(batch) -> torch.Tensor:
-    """A of each unmasked completion token (its sequence's advantage), in mask order. (n_tokens,)"""
-    return batch["advantages"][:, None].expand_as(batch["mask"])[batch["mask"]]
+def sign_means(ratio, token_adv) -> tuple[float, float]:
+    """(mean ratio over A > 0 tokens, mean ratio over A < 0 tokens)"""
+    return ratio[token_adv > 0].mean().item(), ratio[token_adv < 0].mean().item()
 
 
-@torch.no_grad()
-def true_ratio(module, policy, batch, temperature) -> torch.Tensor:
-    """exp(log pi_theta - log pi_old) in eval mode against the *cached* old log-probs. (n_tokens,)"""
-    was_training = policy.training
-    policy.eval()
-    logprobs = module.policy_logprobs(policy, batch["prompts"], batch["completions"], temperature)  # (N, T)
-    policy.train(was_training)
-    return torch.exp(logprobs - batch["old_logprobs"])[batch["mask"]]
-
-
-def clipped(ratio, token_adv, clip) -> torch.Tensor:
-    """Tokens whose clip is active: A > 0 and ratio > 1 + clip, or A < 0 and ratio < 1 - clip. (n_tokens,) bool"""
-    return ((token_adv > 0) & (ratio > 1 + clip)) | ((token_adv < 0) & (ratio < 1 - clip))
+# ---- replays of full-batch inner steps, cached ----------------------------------------------------
 
 
 class _TraceRun:
     """A replay of full-batch inner steps from the snapshot that can be extended: step k's numbers never
     depend on how many steps follow, so a longer trace starts with the shorter one."""
 
-    def __init__(self, module, snap: Snapshot, lr: float, clip: float):
-        self.module, self.batch, self.clip = module, snap.batch, clip
+    steps_run = 0
+    """inner steps replayed by every instance together"""
+
+    def __init__(self, module, snap: Snapshot, lr: float, clip: float, ratio_fn):
+        self.module, self.batch, self.ratio_fn = module, snap.batch, ratio_fn
         self.cfg = module.make_config(**SMALL, inner_epochs=1, minibatches=1, lr=lr, clip=clip)
         self.policy, self.optimizer = restore(snap, lr=lr)
         self.generator = torch.Generator().manual_seed(0)
-        self.token_adv = token_advantages(snap.batch)  # (n_tokens,)
-        self.ratios, self.loss_ratios, self.clipped_by_loss, self.outside = [], [], [], []
+        self.ratios, self.loss_ratios, self.clipped_by_loss = [], [], []
 
     def extend(self, steps: int) -> dict:
         """Run the missing inner steps, then -> the first `steps` of them (fresh lists, shared tensors)."""
         while len(self.ratios) < steps:
-            ratio = true_ratio(self.module, self.policy, self.batch, self.cfg.temperature)  # (n_tokens,)
+            ratio = self.ratio_fn(self.policy, self.batch, self.cfg.temperature)  # (n_tokens,) before the step
             record = self.module.update_policy(self.policy, self.optimizer, self.batch, self.cfg, self.generator)[0]
             self.ratios.append(ratio)
             self.loss_ratios.append(record["ratio"])
             self.clipped_by_loss.append((record["clipped_pos"] + record["clipped_neg"]) / ratio.numel())
-            self.outside.append(clipped(ratio, self.token_adv, self.clip).float().mean().item())
+            _TraceRun.steps_run += 1
         return dict(ratio=self.ratios[:steps], loss_ratio=self.loss_ratios[:steps],
-                    clipped=self.clipped_by_loss[:steps], outside=self.outside[:steps], token_adv=self.token_adv)
+                    clipped=self.clipped_by_loss[:steps])
 
 
-@functools.lru_cache(maxsize=32)
-def _trace_run(module, snap: Snapshot, lr: float, clip: float) -> _TraceRun:
-    """One extendable replay per (module, snapshot, lr, clip): slider moves on 'inner steps' reuse it."""
-    return _TraceRun(module, snap, lr, clip)
+@functools.lru_cache(maxsize=64)
+def _trace_run(module, snap: Snapshot, lr: float, clip: float, ratio_fn) -> _TraceRun:
+    """One extendable replay per (module, snapshot, lr, clip, ratio_fn): moves of 'inner steps' reuse it."""
+    return _TraceRun(module, snap, lr, clip, ratio_fn)
 
 
-def inner_trace(module, snap: Snapshot, steps: int, lr: float, clip: float) -> dict:
+def replays_run() -> int:
+    """How many inner steps the replays have run so far (all inputs): a cached slider position adds none."""
+    return _TraceRun.steps_run
+
+
+def inner_trace(module, snap: Snapshot, steps: int, lr: float, clip: float, ratio_fn) -> dict:
     """`steps` full-batch inner steps of module.update_policy (inner_epochs=1, minibatches=1 per call,
     Adam state carried over, so it equals one call with inner_epochs=steps) from the snapshot.
 
-    Per step k (before its update): the true ratio pi_k / pi_old, the ratio the loss used, and the
-    fraction of tokens clipped by the loss vs outside the window on the pushing side. Cached: the same
-    (module, snapshot, lr, clip) replays once, and a longer trace extends the shorter one.
+    Per step k, before its update: ratio_fn(policy, batch, temperature) (the true ratio pi_k / pi_old,
+    (n_tokens,)), the ratio the loss used, and the fraction of tokens the loss clipped. Cached: the same
+    inputs replay once, and a longer trace extends the shorter one.
     """
-    return _trace_run(module, snap, float(lr), float(clip)).extend(steps)
+    return _trace_run(module, snap, float(lr), float(clip), ratio_fn).extend(steps)
 
 
-def sign_means(ratio, token_adv) -> tuple[float, float]:
-    """(mean ratio over A > 0 tokens, mean ratio over A < 0 tokens)"""
-    return ratio[token_adv > 0].mean().item(), ratio[token_adv < 0].mean().item()
+# ---- figures --------------------------------------------------------------------------------------
+
+BAR_SCALE = 0.6
+"""drift figure: a bar reaching this fraction of the panel's height stands for all tokens"""
+DRIFT_CAPTION = ("Band: 5-95% of the true ratio pi_k / pi_old, thin lines: its min and max; circles (solid): mean "
+                 "ratio of the A>0 tokens, squares (dashed): of the A<0 tokens; dotted black: mean ratio the loss "
+                 "sees; dashed grey: the clip window. Bars: token fraction the loss clipped (filled) and outside the "
+                 "window on the side A pushes but not clipped by the loss (outlined). Vertical line: first step "
+                 "where clipping engages.")
+"""what the drift figure's artists are (a caption under the image: cheaper than a legend in every redraw)"""
 
 
-def draw_trace(ax, trace: dict, clip: float, color: str) -> int | None:
-    """Per inner step k, on a log axis: min-max (thin) and 5-95% (band) of the true ratio pi_k / pi_old,
-    its A>0 / A<0 means, the clip window (dashed grey); at the bottom, bars of the token fraction the loss
-    clipped, and hatched bars for tokens outside the window that the loss did *not* clip.
-    Marks the first step where clipping engages. -> that step, or None."""
-    ks = list(range(len(trace["ratio"])))
-    band = torch.stack([torch.quantile(r, torch.tensor([0.0, 0.05, 0.95, 1.0])) for r in trace["ratio"]])  # (K, 4)
-    pos, neg = zip(*(sign_means(r, trace["token_adv"]) for r in trace["ratio"]), strict=True)
-    ax.set_yscale("log")
-    ax.fill_between(ks, band[:, 1], band[:, 2], color=color, alpha=0.18, label="true ratio, 5-95%")
-    ax.plot(ks, band[:, 0], color=color, lw=0.7, label="true ratio, min / max")
-    ax.plot(ks, band[:, 3], color=color, lw=0.7)
-    ax.plot(ks, pos, "-o", color=color, ms=3, label="mean, A>0")
-    ax.plot(ks, neg, "--s", color=color, ms=3, label="mean, A<0")
-    ax.plot(ks, [r.mean().item() for r in trace["loss_ratio"]], ":", color="k", label="mean ratio the loss sees")
-    for edge in (1 - clip, 1 + clip):
-        ax.axhline(edge, color="grey", ls="--", lw=0.8)
-    ax.set_ylim(0.005, 40)
-    ax.set_yticks([0.01, 0.1, 0.5, 1, 2, 10], ["0.01", "0.1", "0.5", "1", "2", "10"])
-    ax.minorticks_off()  # fewer ticks to lay out: the redraw stays fast
-    ax.set_xlabel("inner step k (full batch)")
-    bars = ax.twinx()
-    bars.bar(ks, trace["clipped"], width=0.6, color=color, alpha=0.45, label="clipped by the loss")
-    missed = [max(0.0, o - c) for o, c in zip(trace["outside"], trace["clipped"], strict=True)]
-    bars.bar(ks, missed, bottom=trace["clipped"], width=0.6, fill=False, hatch="//", edgecolor=color,
-             label="outside window, not clipped")
-    bars.set_ylim(0, 3.0)  # bars in the bottom tenth, below the ratio lines
-    bars.set_yticks([0, 0.25, 0.5])
-    first = next((k for k, c in enumerate(trace["clipped"]) if c > 0), None)
-    if first is not None:
-        ax.axvline(first, color=color, lw=1.5)
-        ax.text(first + 0.1, 30, f"clipping engages at k={first}", color=color, fontsize="small", va="top")
-    else:
-        ax.text(0.1, 30, "clipping never engages", color=color, fontsize="small", va="top")
-    return first, bars
+def lr_choice(values, value, description="lr"):
+    """A slider over a few learning rates (each a replay to cache), labelled '3e-03'; fires on release."""
+    return widgets.SelectionSlider(options=[(f"{v:.0e}", v) for v in values], value=value, description=description,
+                                   continuous_update=False, style={"description_width": "initial"})
 
 
-def draw_drift(b3_module, snap: Snapshot, steps: int, lr: float, clip: float):
-    """The slider figure: B3 (left) vs fixed (right) over `steps` inner steps. -> (fig, summary dict)"""
-    from workbook.plots import buggy_vs_fixed
+class _DriftPanel:
+    """One side of the drift figure: per inner step k on a log axis, min-max (thin) and 5-95% (band) of the
+    true ratio, its A>0 / A<0 means, the mean ratio the loss saw (dotted black), the clip window (dashed grey);
+    bars at the bottom: token fraction the loss clipped (filled), and outside the window on the side A pushes
+    but not clipped by the loss (outlined); a vertical line at the first step where clipping engages."""
 
-    buggy = inner_trace(b3_module, snap, steps, lr, clip)
-    fixed = inner_trace(grpo_fixed, snap, steps, lr, clip)
-    fig, (ax_b, ax_f) = buggy_vs_fixed(f"ratio over inner steps: lr={lr:.1e}, clip={clip:.2f}", figsize=(10, 3.6))
-    ax_b.set_title("grpo_buggy (B3): old log-probs recomputed each step", color=BUGGY, fontsize="medium")
-    ax_f.set_title("grpo_fixed: old log-probs cached once", color=FIXED, fontsize="medium")
-    first_b, bars_b = draw_trace(ax_b, buggy, clip, BUGGY)
-    first_f, bars_f = draw_trace(ax_f, fixed, clip, FIXED)
-    ax_b.set_ylabel("ratio pi_k / pi_old (log scale)")
-    bars_f.set_ylabel("token fraction (bars)", fontsize="small")
-    handles = [h for a in (ax_b, bars_b) for h in a.get_legend_handles_labels()[0]]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize="x-small")
-    summary = dict(
-        first_clip_buggy=first_b, first_clip_fixed=first_f,
-        last_max_buggy=buggy["ratio"][-1].max().item(), last_max_fixed=fixed["ratio"][-1].max().item(),
-        last_min_buggy=buggy["ratio"][-1].min().item(), last_min_fixed=fixed["ratio"][-1].min().item(),
-        last_outside_buggy=buggy["outside"][-1], last_outside_fixed=fixed["outside"][-1],
-    )
-    return fig, summary
+    def __init__(self, ax, color: str, max_steps: int):
+        self.ax, self.color = ax, color
+        ks = list(range(max_steps))
+        ones = [1.0] * max_steps
+        ax.set_yscale("log")
+        ax.set_ylim(0.001, 50)  # the bottom decade is the bars' (at most BAR_SCALE of the height)
+        ax.set_yticks([0.01, 0.1, 0.5, 1, 2, 10], ["0.01", "0.1", "0.5", "1", "2", "10"])
+        ax.minorticks_off()
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("inner step k (full batch)")
+        self.band = ax.fill_between(ks, ones, ones, color=color, alpha=0.18, label="true ratio, 5-95%")
+        (self.lo,) = ax.plot(ks, ones, color=color, lw=0.7, label="true ratio, min / max")
+        (self.hi,) = ax.plot(ks, ones, color=color, lw=0.7)
+        (self.pos,) = ax.plot(ks, ones, "-o", color=color, ms=3, label="mean, A>0")
+        (self.neg,) = ax.plot(ks, ones, "--s", color=color, ms=3, label="mean, A<0")
+        (self.seen,) = ax.plot(ks, ones, ":", color="k", label="mean ratio the loss sees")
+        self.window = [ax.axhline(1.0, color="grey", ls="--", lw=0.8) for _ in range(2)]
+        on_axes = blended_transform_factory(ax.transData, ax.transAxes)  # x in steps, y in panel height
+        zeros = [0.0] * max_steps
+        self.clipped = ax.bar(ks, zeros, width=0.6, color=color, alpha=0.45, transform=on_axes,
+                              label="clipped by the loss")
+        self.missed = ax.bar(ks, zeros, width=0.6, fill=False, edgecolor=color, lw=0.8, transform=on_axes,
+                             label="outside window, not clipped")
+        self.first = ax.axvline(0, color=color, lw=1.5)
+        self.note = ax.text(0.1, 30, "", color=color, fontsize="small", va="top")
+
+    def update(self, trace: dict, token_adv, clip: float, clipped_fn) -> dict:
+        ratios = trace["ratio"]
+        steps = len(ratios)
+        ks = list(range(steps))
+        band = torch.stack([torch.quantile(r, torch.tensor([0.0, 0.05, 0.95, 1.0])) for r in ratios])  # (K, 4)
+        pos, neg = zip(*(sign_means(r, token_adv) for r in ratios), strict=True)
+        self.band.set_data(ks, band[:, 1], band[:, 2])
+        self.lo.set_data(ks, band[:, 0])
+        self.hi.set_data(ks, band[:, 3])
+        self.pos.set_data(ks, pos)
+        self.neg.set_data(ks, neg)
+        self.seen.set_data(ks, [r.mean().item() for r in trace["loss_ratio"]])
+        for line, edge in zip(self.window, (1 - clip, 1 + clip), strict=True):
+            line.set_ydata([edge, edge])
+        outside = [clipped_fn(r, token_adv, clip).float().mean().item() for r in ratios]
+        for k, (solid, hatched) in enumerate(zip(self.clipped, self.missed, strict=True)):
+            by_loss = trace["clipped"][k] if k < steps else 0.0
+            missed = max(0.0, outside[k] - by_loss) if k < steps else 0.0
+            solid.set_height(BAR_SCALE * by_loss)
+            hatched.set_y(BAR_SCALE * by_loss)
+            hatched.set_height(BAR_SCALE * missed)
+        self.ax.set_xlim(-0.5, steps - 0.5)
+        first = next((k for k, c in enumerate(trace["clipped"]) if c > 0), None)
+        self.first.set_visible(first is not None)
+        if first is not None:
+            self.first.set_xdata([first, first])
+        self.note.set_x(0.1 if first is None else first + 0.1)
+        self.note.set_text("clipping never engages" if first is None else f"clipping engages at k={first}")
+        last = ratios[-1]
+        return dict(first_clip=first, last_min=last.min().item(), last_max=last.max().item(), last_outside=outside[-1])
+
+
+class DriftFigure:
+    """The slider figure of the B3 section: B3 (left) vs fixed (right) over the inner steps, one persistent
+    figure whose artists update() mutates in place (for workbook.widgets.live_plot)."""
+
+    def __init__(self, max_steps: int, clipped_fn):
+        self.clipped_fn = clipped_fn
+        self.fig, (ax_b, ax_f) = plt.subplots(1, 2, figsize=(9, 3.0), sharey=True, layout="constrained")
+        ax_b.set_title("B3: old log-probs recomputed each step", color=BUGGY, fontsize="medium")
+        ax_f.set_title("grpo_fixed: old log-probs cached once", color=FIXED, fontsize="medium")
+        ax_b.set_ylabel("ratio pi_k / pi_old (log scale)")
+        self.buggy, self.fixed = _DriftPanel(ax_b, BUGGY, max_steps), _DriftPanel(ax_f, FIXED, max_steps)
+        self.title = self.fig.suptitle(" ", fontsize="medium")
+
+    def update(self, buggy: dict, fixed: dict, token_adv, lr: float, clip: float) -> dict:
+        """Redraw from two traces (nb02.inner_trace) -> the numbers a check cell prints, per side."""
+        self.title.set_text(f"ratio over inner steps: lr={lr:.0e}, clip={clip:.2f} "
+                            f"(bars: token fraction; {BAR_SCALE:.0%} of the height = all tokens)")
+        b = self.buggy.update(buggy, token_adv, clip, self.clipped_fn)
+        f = self.fixed.update(fixed, token_adv, clip, self.clipped_fn)
+        return {f"{key}_{side}": value for side, part in (("buggy", b), ("fixed", f)) for key, value in part.items()}
+
+
+def draw_histograms(trace: dict, token_adv, steps, clip: float, clipped_fn):
+    """Histograms of the true ratio at the given inner steps, A>0 and A<0 tokens apart, clip window dashed."""
+    fig, axes = plt.subplots(1, len(steps), figsize=(10, 2.8), sharey=True, layout="constrained")
+    bins = torch.logspace(-0.7, 0.7, 43).tolist()  # ratio 0.2 .. 5, log-spaced; outliers go to the end bins
+    for ax, k in zip(axes, steps, strict=True):
+        ratio = trace["ratio"][k].clamp(0.2, 5)
+        ax.hist(ratio[token_adv > 0].tolist(), bins=bins, color=FIXED, alpha=0.6, label="A>0")
+        ax.hist(ratio[token_adv < 0].tolist(), bins=bins, color=REFERENCE, alpha=0.5, label="A<0")
+        for edge in (1 - clip, 1 + clip):
+            ax.axvline(edge, color="k", ls="--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xticks([0.2, 0.5, 1, 2, 5], ["0.2", "0.5", "1", "2", "5"])
+        ax.minorticks_off()  # no overlapping minor-tick labels on the log axis
+        frac = clipped_fn(trace["ratio"][k], token_adv, clip).float().mean().item()
+        ax.set_title(f"inner step k={k}: {frac:.0%} clipped", fontsize="medium")
+        ax.set_xlabel("ratio pi_k / pi_old")
+    axes[0].set_ylabel("tokens")
+    axes[0].legend(fontsize="small")
+    return fig
+
+
+# ---- runners --------------------------------------------------------------------------------------
 
 
 def ratio_audit(module, snap: Snapshot, *, seed: int = 1, **overrides) -> dict:
@@ -219,31 +277,6 @@ def ratio_audit(module, snap: Snapshot, *, seed: int = 1, **overrides) -> dict:
                 first_sampler=dev(records["sampler"][0]), last_cached=dev(records["cached"][-1]), health=health)
 
 
-def draw_histograms(trace: dict, steps, clip: float):
-    """Histograms of the true ratio at the given inner steps, A>0 and A<0 tokens apart, clip window dashed."""
-    import matplotlib.pyplot as plt
-
-    from workbook.plots import REFERENCE
-
-    fig, axes = plt.subplots(1, len(steps), figsize=(10, 2.8), sharey=True, layout="constrained")
-    bins = torch.logspace(-0.7, 0.7, 43).tolist()  # ratio 0.2 .. 5, log-spaced; outliers go to the end bins
-    for ax, k in zip(axes, steps, strict=True):
-        ratio, adv = trace["ratio"][k].clamp(0.2, 5), trace["token_adv"]
-        ax.hist(ratio[adv > 0].tolist(), bins=bins, color=FIXED, alpha=0.6, label="A>0")
-        ax.hist(ratio[adv < 0].tolist(), bins=bins, color=REFERENCE, alpha=0.5, label="A<0")
-        for edge in (1 - clip, 1 + clip):
-            ax.axvline(edge, color="k", ls="--", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_xticks([0.2, 0.5, 1, 2, 5], ["0.2", "0.5", "1", "2", "5"])
-        ax.minorticks_off()  # no overlapping minor-tick labels on the log axis
-        frac = clipped(trace["ratio"][k], adv, clip).float().mean().item()
-        ax.set_title(f"inner step k={k}: {frac:.0%} clipped", fontsize="medium")
-        ax.set_xlabel("ratio pi_k / pi_old")
-    axes[0].set_ylabel("tokens")
-    axes[0].legend(fontsize="small")
-    return fig
-
-
 def surrogate_grad(loss_fn, log_ratio, adv: float, clip: float = 0.2) -> torch.Tensor:
     """n * d loss / d logp_t for single-token sequences at the given log-ratios (all with advantage adv):
     the per-token gradient of a masked-mean loss, undoing the 1/n. (n,)"""
@@ -252,12 +285,3 @@ def surrogate_grad(loss_fn, log_ratio, adv: float, clip: float = 0.2) -> torch.T
     loss = loss_fn(logprobs, torch.zeros(n, 1), torch.full((n,), float(adv)), torch.ones(n, 1, dtype=torch.bool), clip)
     loss.backward()
     return logprobs.grad.reshape(n) * n
-
-
-def with_loss(loss_fn):
-    """A fresh copy of grpo_fixed whose update_policy uses `loss_fn` in place of grpo_loss."""
-    from workbook.catalog import hybrid
-
-    module = hybrid()
-    module.grpo_loss = loss_fn
-    return module

@@ -26,26 +26,30 @@
 #    which is exactly the side of the clip window that each one hits.
 # 3. When clipping engages, and what it does and does not bound.
 # 4. The illegitimate reasons for ratio ≠ 1 (or for a ratio that is 1 when it should not be): the
-#    recomputed-old-log-probs trap (B3), dropout in train mode, a temperature mismatch (B10), a
-#    shifted log-prob (B6).
+#    recomputed-old-log-probs trap (B3), dropout (and why "the same mode for both passes" is not enough),
+#    a temperature mismatch (B10), a shifted log-prob (B6), a low-precision sampler; and why the *sign* of
+#    an offset does not tell these apart.
 # 5. What `ratio = logp - old_logp` (no `exp`) does to the surrogate, and which tokens still get gradient.
+# 6. Why the old log-probs are computed under `no_grad` and cached once: what each omission costs.
 #
 # Everything below calls the twins' own functions (`rollout`, `update_policy`, `policy_logprobs`,
-# `grpo_loss`); `workbook/nb02.py` only snapshots a run and replays its next update in different ways.
+# `grpo_loss`). The formulas taught here are defined in the notebook's cells; `workbook/nb02.py` only
+# snapshots a run, replays its next update in different ways and draws.
 
 # %%
 import logging
 
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import display
 
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
+from grpo_fixed import masked_mean
 from workbook import nb02
-from workbook.catalog import hybrid
+from workbook.catalog import hybrid, swapped
+from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, curves
-from workbook.widgets import live_figure, set_value, slider
+from workbook.widgets import live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 B3, B6, B10 = hybrid("B3"), hybrid("B6"), hybrid("B10")
@@ -56,19 +60,29 @@ B3, B6, B10 = hybrid("B3"), hybrid("B6"), hybrid("B10")
 # A run of the fixed twin on EchoTask (B = 8 prompts × G = 8 samples, default config otherwise) for 20
 # iterations, then one more rollout batch. That moment (policy weights, Adam state, batch) is the
 # `Snapshot`; every experiment below restarts from it, so they all share the same starting point.
+#
+# Each sequence has one advantage; every one of its completion tokens carries it. Over the unmasked tokens,
+# in mask order:
 
 # %%
+def token_advantages(batch):
+    """A_t of each unmasked completion token = the advantage of its sequence. -> (n_tokens,)"""
+    mask = batch["mask"]  # (N, T)
+    return batch["advantages"][:, None].expand_as(mask)[mask]  # (N, 1) -> (N, T) -> (n_tokens,)
+
+
 snap = nb02.warm_start(iterations=20, seed=0)
 batch, cfg = snap.batch, snap.cfg
 for name, value in batch.items():
     print(f"{name:17s} {str(tuple(value.shape)):8s} {value.dtype}")
-token_adv = nb02.token_advantages(batch)  # (n_tokens,) A of each unmasked token
+token_adv = token_advantages(batch)  # (n_tokens,)
 print(f"\nreward {snap.stats['reward']:.3f}  entropy {snap.stats['entropy']:.3f}  "
       f"zero-variance groups {snap.stats['zero_var_groups']:.3f}")
 print(f"unmasked tokens {token_adv.numel()}: A>0 {int((token_adv > 0).sum())}, A<0 {int((token_adv < 0).sum())}, "
       f"A=0 {int((token_adv == 0).sum())}")
 print(f"config: inner_epochs={cfg.inner_epochs} minibatches={cfg.minibatches} lr={cfg.lr} clip={cfg.clip} "
       f"beta={cfg.beta} temperature={cfg.temperature}")
+assert token_adv.numel() == int(batch["mask"].sum())
 
 # %% [markdown]
 # ## 2. Exactly one at the first inner step, and only there
@@ -80,12 +94,31 @@ print(f"config: inner_epochs={cfg.inner_epochs} minibatches={cfg.minibatches} lr
 # $$\rho_t^{(k)} = \exp\big(\log\pi_{\theta_k}(o_t) - \log\pi_{\theta_\text{old}}(o_t)\big), \qquad
 # \theta_0 = \theta_\text{old} \Rightarrow \rho^{(0)}_t = e^0 = 1 .$$
 #
-# Inner step $k$ uses the weights after $k$ optimizer steps. The default config makes 2 epochs × 2
-# minibatches = 4 inner steps per rollout batch. Below: the fixed twin's `update_policy` on the
-# snapshot batch, one line per record it returns.
+# The ratio we measure outside the loss, in eval mode (dropout off, as at rollout) and without gradient,
+# against the batch's cached old log-probs; at the snapshot's own weights it must be 1:
 
 # %%
+@torch.no_grad()
+def true_ratio(policy, batch, temperature):
+    """rho_t = exp(log pi_theta(o_t) - log pi_old(o_t)), eval mode, against the cached old log-probs. (n_tokens,)"""
+    was_training = policy.training
+    policy.eval()
+    logprobs = grpo_fixed.policy_logprobs(policy, batch["prompts"], batch["completions"], temperature)  # (N, T)
+    policy.train(was_training)
+    return torch.exp(logprobs - batch["old_logprobs"])[batch["mask"]]
+
+
 policy, optimizer = nb02.restore(snap)
+rho0 = true_ratio(policy, batch, cfg.temperature)  # (n_tokens,)
+print(f"at the snapshot's weights: max |rho - 1| = {(rho0 - 1).abs().max():.1e} over {rho0.numel()} tokens")
+assert (rho0 == 1).all()
+
+# %% [markdown]
+# Inner step $k$ uses the weights after $k$ optimizer steps. The default config makes 2 epochs × 2
+# minibatches = 4 inner steps per rollout batch. Below: the fixed twin's `update_policy` on the
+# snapshot batch, one line per record it returns (the ratio the loss used).
+
+# %%
 records = grpo_fixed.update_policy(policy, optimizer, batch, cfg, torch.Generator().manual_seed(0))
 print("step epoch minibatch  tokens  max|rho-1|  mean rho  clipped A>0   clipped A<0")
 for k, rec in enumerate(records):
@@ -94,7 +127,12 @@ for k, rec in enumerate(records):
     print(f"{k:4d} {epoch:5d} {minibatch:9d} {ratio.numel():7d} {(ratio - 1).abs().max():11.4e} {ratio.mean():9.4f}  "
           f"{rec['clipped_pos']:3d}/{rec['n_pos']:3d}      {rec['clipped_neg']:3d}/{rec['n_neg']:3d}")
 summary = grpo_fixed.summarize_inner_steps(records)
-print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  (healthy: 0)")
+print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  "
+      f"(healthy: {render_range('ratio_first_maxdev')})")
+maxdev = [(rec["ratio"] - 1).abs().max().item() for rec in records]
+n_clipped = [rec["clipped_pos"] + rec["clipped_neg"] for rec in records]
+assert maxdev[0] == 0 and all(d > 0.3 for d in maxdev[1:])  # step 0 exact; every later step off by > 0.3
+assert n_clipped[0] == 0 and n_clipped[1] > 0 and n_clipped[3] > n_clipped[2] > n_clipped[1]
 
 # %% [markdown]
 # Read the table as a debugger would:
@@ -102,11 +140,11 @@ print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  
 # - **Step 0** is the only on-policy step: `max|rho-1|` is 0 to the last bit (same weights, same
 #   inputs, same code path, so the same floats).
 # - **Step 1** is minibatch 1 of epoch 0. Those 32 sequences were never trained on, yet the ratio is
-#   already off by up to 0.14 (no token clipped yet): the step on minibatch 0 moved the *shared*
+#   already off by up to 0.35, and the loss clips one token: the step on minibatch 0 moved the *shared*
 #   weights, and every sequence's log-prob moved with them. "Not 1 on the first pass" is therefore
 #   expected as soon as there is more than one minibatch.
-# - **Steps 2-3** (epoch 1) see a policy two and three updates away: max |ρ − 1| 0.48 and 1.57, and
-#   5 then 13 tokens clipped.
+# - **Steps 2-3** (epoch 1) see a policy two and three updates away: max |ρ − 1| 0.57 and 0.59, and
+#   9 then 17 tokens clipped.
 #
 # This is why GRPO/PPO as implemented is *not strictly on-policy*: one rollout batch feeds several
 # optimizer steps, and only the first of them evaluates the policy that generated the data. The ratio
@@ -116,7 +154,9 @@ print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  
 # > **You should know.** "Why isn't the ratio 1 at step 1?" One line: *multi-step minibatch updates
 # > within one rollout; after the first optimizer step $\pi_\theta \ne \pi_\text{old}$ for every
 # > sequence, trained on or not.* The health check to print is `ratio_first_maxdev` (ratio at the very
-# > first minibatch): it must be 0. If *that* one is not 0, something else is wrong (section 5).
+# > first minibatch): exactly 0 in the fixed twin, and its healthy range (printed above from
+# > `grpo_fixed.STATS`) leaves room only for float noise. If *that* one is off, something else is wrong
+# > (notebook 02 §5).
 #
 # <details><summary>Answer: with inner_epochs=1 and minibatches=1, is the ratio ever different from 1?</summary>
 #
@@ -145,49 +185,81 @@ print(f"\nhealth stat ratio_first_maxdev = {summary['ratio_first_maxdev']:.1e}  
 # same token in the same context can sit in sequences of both signs (all G samples share the prompt).
 #
 # Below: 8 full-batch inner steps of the fixed twin (`inner_epochs=1, minibatches=1` per call, Adam
-# state carried over) from the snapshot, at the default lr = 3e-3 and clip = 0.2.
+# state carried over) from the snapshot, at the default lr = 3e-3 and clip = 0.2; `true_ratio` before each.
 
 # %%
-trace = nb02.inner_trace(grpo_fixed, snap, steps=8, lr=3e-3, clip=0.2)
+trace = nb02.inner_trace(grpo_fixed, snap, steps=8, lr=3e-3, clip=0.2, ratio_fn=true_ratio)
 nonzero = token_adv != 0
-print("k   mean rho A>0  mean rho A<0   mean A*log(rho)   sign(log rho) == sign(A)   clipped")
+print("k   mean rho A>0  mean rho A<0   mean A*log(rho)   sign(log rho) == sign(A)")
+drift = []  # (k, mean rho A>0, mean rho A<0, mean A log rho, sign agreement)
 for k, ratio in enumerate(trace["ratio"]):
     pos, neg = nb02.sign_means(ratio, token_adv)
     weighted = (token_adv * ratio.log()).mean().item()
     agree = (torch.sign(ratio.log()) == torch.sign(token_adv))[nonzero].float().mean().item()
-    print(f"{k}   {pos:11.4f}  {neg:12.4f}   {weighted:+15.4f}   {agree:24.2f}   {trace['clipped'][k]:7.3f}")
+    drift.append((k, pos, neg, weighted, agree))
+    print(f"{k}   {pos:11.4f}  {neg:12.4f}   {weighted:+15.4f}   {agree:24.2f}")
 same = max((a.sort().values - b.sort().values).abs().max().item()  # the loss's tokens come in shuffled order
            for a, b in zip(trace["ratio"], trace["loss_ratio"], strict=True))
 print(f"\n(the eval-mode ratio we measure equals the one the loss used, to {same:.1e}: no dropout here)")
+assert same == 0
+assert all(pos > 1 > neg and w > 0 for k, pos, neg, w, _ in drift[1:])  # the sign, at every step after 0
+assert all(w2 > w1 for (*_, w1, _), (*_, w2, _) in zip(drift[1:], drift[2:], strict=False))  # mean A log rho grows
+assert all(1 - neg > pos - 1 for k, pos, neg, _, _ in drift[1:])  # A<0 tokens move further, from k = 1 on
 
 # %% [markdown]
-# The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0206 after one step,
-# 1.1282 at k = 7), below 1 for A < 0 (0.9811, then 0.8336), and mean $A\log\rho$ positive and
-# growing (+0.0160 to +0.1241). Token by token it holds for only 59-71% of the tokens (the
+# The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0085 after one step,
+# 1.0628 at k = 7), below 1 for A < 0 (0.9643, then 0.8164), and mean $A\log\rho$ positive and
+# growing (+0.0187 to +0.1343). Token by token it holds for only 56-67% of the tokens (the
 # `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the sharing reasons above.
 #
-# Note the asymmetry that builds up: after one step the two means are about equally far from 1 (+0.0206
-# against −0.0189), but from k = 2 on A < 0 tokens fall further below 1 than A > 0 tokens rise above it
-# (at k = 7: −0.1664 against +0.1282). A token's
+# Note the asymmetry: from the first step on, A < 0 tokens fall further below 1 than A > 0 tokens rise
+# above it (after one step −0.0357 against +0.0085; at k = 7 −0.1836 against +0.0628). A token's
 # ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), and mid-run the A > 0
 # tokens are already likely:
 
 # %%
 old_prob = batch["old_logprobs"][batch["mask"]].exp()  # (n_tokens,)
+ceiling_share = {}
 for label, sel in [("A>0", token_adv > 0), ("A<0", token_adv < 0)]:
     ceiling = 1 / old_prob[sel]  # the largest ratio this token can ever reach
+    ceiling_share[label] = (ceiling < 1.2).float().mean().item()
     print(f"{label}: mean pi_old(token) {old_prob[sel].mean():.3f}, median ceiling 1/pi_old {ceiling.median():.3f}, "
-          f"fraction with ceiling below 1.2: {(ceiling < 1.2).float().mean():.2f}")
+          f"fraction with ceiling below 1.2: {ceiling_share[label]:.2f}")
+assert ceiling_share["A>0"] > ceiling_share["A<0"]
+
+# %% [markdown]
+# Which tokens does the clip act on? The clipped surrogate $\min(\rho A, \text{clip}(\rho, 1-\epsilon, 1+\epsilon)A)$
+# takes the constant branch (zero gradient) only outside the window *on the side A pushes*: for A > 0 above
+# $1+\epsilon$, for A < 0 below $1-\epsilon$. That is the definition the fixed twin logs as `clip_frac_pos` /
+# `clip_frac_neg`:
 
 # %%
-fig = nb02.draw_histograms(trace, steps=(1, 3, 7), clip=0.2)
+def clipped(ratio, token_adv, clip):
+    """Tokens on the clipped surrogate's constant branch (zero gradient): A > 0 and rho > 1 + clip, or
+    A < 0 and rho < 1 - clip. ratio, token_adv (n_tokens,) -> (n_tokens,) bool"""
+    return ((token_adv > 0) & (ratio > 1 + clip)) | ((token_adv < 0) & (ratio < 1 - clip))
+
+
+tiny_ratio = torch.tensor([1.3, 0.7, 1.3, 0.7, 1.1])  # (5,)
+tiny_adv = torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0])  # (5,)
+for r, a, c in zip(tiny_ratio.tolist(), tiny_adv.tolist(), clipped(tiny_ratio, tiny_adv, 0.2).tolist(), strict=True):
+    print(f"rho {r:.1f}, A {a:+.0f}: clipped {c}")
+assert clipped(tiny_ratio, tiny_adv, 0.2).tolist() == [True, False, False, True, False]
+n_tokens = token_adv.numel()
+by_definition = [int(clipped(r, token_adv, 0.2).sum()) for r in trace["ratio"]]  # per inner step k
+print(f"tokens clipped per step k (of {n_tokens}):", " ".join(f"{c:3d}" for c in by_definition))
+assert by_definition == [round(f * n_tokens) for f in trace["clipped"]]  # what the loss's own records count
+
+# %%
+fig = nb02.draw_histograms(trace, token_adv, steps=(1, 3, 7), clip=0.2, clipped_fn=clipped)
 fig.suptitle("grpo_fixed: ratio pi_k / pi_old by sign of A (dashed: clip window 0.8, 1.2)")
 plt.show()
 
 # %% [markdown]
-# The A > 0 tokens have mean $\pi_\text{old}$ 0.702 against 0.516 for A < 0, and 43% of them have
-# $\pi_\text{old} > 1/1.2$: their ratio can *never* reach $1+\epsilon = 1.2$, so they can never be clipped.
-# The A < 0 tokens have no floor but 0, which is where the long left tail of the histograms comes from.
+# The A > 0 tokens have mean $\pi_\text{old}$ 0.728 against 0.536 for A < 0, and 49% of them have
+# $\pi_\text{old} > 1/1.2$ (28% of the A < 0 tokens): their ratio can *never* reach $1+\epsilon = 1.2$, so
+# they can never be clipped. The A < 0 tokens have no floor but 0, which is where the long left tail of
+# the histograms comes from.
 
 # %% [markdown]
 # > **You should know.** The natural drift pushes A > 0 tokens toward $1+\epsilon$ and A < 0 tokens toward
@@ -211,31 +283,40 @@ plt.show()
 # The buggy twin's `update_policy` sets `old_logprobs = logprobs.detach()` inside the loop: the ratio the
 # loss sees is $\exp(0) = 1$ at **every** inner step, so clipping never engages and each of the K steps
 # is an unconstrained policy-gradient step. The *true* ratio to the policy that generated the data
-# still drifts (we measure it in eval mode against the cached old log-probs).
+# still drifts (`true_ratio`, against the cached old log-probs).
+#
+# Since $\text{clip}(1, 1-\epsilon, 1+\epsilon) = 1$ for every $\epsilon \ge 0$, B3's update does not depend on
+# the clip at all; the figure replays it once per lr (checked bit for bit below the figure).
 #
 # Left: B3; right: fixed; same snapshot, same batch. Bands: 5-95% of the true ratio (log scale),
 # thin lines: min / max. Bars at the bottom: fraction of tokens the loss clipped (solid) and tokens
 # outside the window on their pushing side that the loss did *not* clip (hatched). A vertical line
-# marks the first step where clipping engages. Each redraw replays at most 2 × 16 full-batch inner
-# steps on 64 sequences.
+# marks the first step where clipping engages. Each (lr, clip) position replays its full-batch inner
+# steps on the 64 sequences once and caches them; the five lr positions are replayed up front, so moving
+# the lr slider only redraws.
 
 # %%
-def draw(steps, lr, clip):
-    fig, result = nb02.draw_drift(B3, snap, steps, lr, clip)
-    plt.show()
-    return result
+LRS = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the lr slider's positions
+B3_CLIP = 0.2  # any clip >= 0 gives B3 the same replay
+drift_figure = nb02.DriftFigure(max_steps=16, clipped_fn=clipped)
 
+
+def update_drift(steps, lr, clip):
+    buggy = nb02.inner_trace(B3, snap, steps, lr, B3_CLIP, ratio_fn=true_ratio)
+    fixed = nb02.inner_trace(grpo_fixed, snap, steps, lr, clip, ratio_fn=true_ratio)
+    return drift_figure.update(buggy, fixed, token_adv, lr, clip)
+
+
+for lr in LRS:  # replay each lr position once now (cached): the lr slider then only redraws
+    update_drift(8, lr, 0.2)
+w_drift = live_plot(drift_figure.fig, update_drift, caption=nb02.DRIFT_CAPTION,
+                    steps=slider(8, 1, 16, 1, "inner steps", integer=True),
+                    lr=nb02.lr_choice(LRS, 3e-3),
+                    clip=slider(0.2, 0.05, 0.4, 0.05, "clip"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-w = live_figure(
-    draw,
-    height="430px",
-    steps=slider(10, 1, 16, 1, "inner steps", integer=True),
-    lr=slider(3e-3, -4, -1.5, 0.05, "lr", log=True),
-    clip=slider(0.2, 0.05, 0.4, 0.05, "clip"),
-)
-display(w)
+w_drift  # noqa: B018  (the cell's value: the widget is displayed)
 
 # %%
 def show(result):
@@ -247,10 +328,25 @@ def show(result):
           f"fixed {result['last_outside_fixed']:.3f}")
 
 
-show(w.result)  # the defaults: 10 steps, lr 3e-3, clip 0.2
+default = w_drift.result  # 8 steps, lr 3e-3, clip 0.2
+show(default)
+assert default["first_clip_buggy"] is None and default["first_clip_fixed"] == 1
+assert default["last_max_buggy"] > default["last_max_fixed"] and default["last_min_buggy"] < default["last_min_fixed"]
 
 # %%
-show(set_value(w, "lr", 1e-3))  # a smaller step: clipping engages later (set_value redraws without displaying)
+small_lr = set_value(w_drift, "lr", 1e-3)  # a smaller step: clipping engages later
+show(small_lr)
+assert small_lr["first_clip_buggy"] is None and small_lr["first_clip_fixed"] > default["first_clip_fixed"]
+
+# %%
+replays = nb02.replays_run()
+set_value(w_drift, "lr", 3e-3)  # back to the default: both replays cached, only the redraw
+assert nb02.replays_run() == replays
+b3_other_clip = nb02.inner_trace(B3, snap, 3, 3e-3, 0.4, ratio_fn=true_ratio)  # B3 at another clip
+b3_default = nb02.inner_trace(B3, snap, 3, 3e-3, B3_CLIP, ratio_fn=true_ratio)
+print(f"B3's replay at clip 0.4 equals the one at clip {B3_CLIP}: "
+      f"{all(torch.equal(a, b) for a, b in zip(b3_other_clip['ratio'], b3_default['ratio'], strict=True))}")
+assert all(torch.equal(a, b) for a, b in zip(b3_other_clip["ratio"], b3_default["ratio"], strict=True))
 
 # %% [markdown]
 # What the numbers say:
@@ -260,11 +356,11 @@ show(set_value(w, "lr", 1e-3))  # a smaller step: clipping engages later (set_va
 #   2 inner steps at that lr never clips at all. The more inner steps and the larger the lr, the
 #   earlier and the more.
 # - **B3: never.** The loss sees a ratio of 1 at every step (dotted line), while the true ratio at the
-#   last default step spans [0.014, 20.989], against [0.258, 2.831] for the fixed twin (at lr = 1e-3:
-#   [0.228, 6.431] against [0.450, 2.489]). Without a live clip, nothing stops tokens that already
+#   last default step (k = 7) spans [0.062, 4.617], against [0.224, 2.338] for the fixed twin (at
+#   lr = 1e-3: [0.376, 1.764] against [0.499, 1.690]). Without a live clip, nothing stops tokens that already
 #   moved from being pushed further.
 # - **Clipping is not a hard constraint.** Even in the fixed twin a similar fraction of tokens ends up
-#   outside the window at the last step (0.237 against 0.293 for B3 at the defaults). A clipped token
+#   outside the window at the last step (0.196 against 0.228 for B3 at the defaults). A clipped token
 #   loses *its own* surrogate gradient, but the weights are shared, so the other tokens' gradients
 #   still move it. What clipping removes is the incentive, which shows in the tails (min / max), not
 #   in every token.
@@ -313,51 +409,94 @@ for name, (module, overrides) in variants.items():
     audit[name] = a = nb02.ratio_audit(module, snap, **overrides)
     print(f"{name:20s} {a['gap']:9.2e} {a['first_cached']:12.2e} {a['first_sampler']:13.2e} {a['last_cached']:7.3f}  "
           f"{a['health'] or '-'}")
+assert audit["fixed"]["health"] == [] and audit["fixed"]["first_sampler"] == 0
+assert audit["fixed, dropout=0.1"]["first_cached"] > 0.1 and audit["B3 recomputed old"]["last_cached"] == 0
+for bug in ("B10 no temperature", "B6 shift"):  # consistent with itself, far from the sampler
+    assert audit[bug]["first_cached"] == 0 and audit[bug]["first_sampler"] > 1 and audit[bug]["gap"] > 0.5
+assert audit["B10 at T=1.0"]["gap"] == audit["fixed"]["gap"] == 0
+assert audit["B6 shift"]["gap"] > audit["B10 no temperature"]["gap"]
 
 # %% [markdown]
 # Four different failure shapes:
 #
 # | variant | what goes wrong | what shows it |
 # |---|---|---|
-# | dropout | train-mode log-probs: a random policy, not the eval-mode one that sampled | `rho0 cached` ≠ 0 |
+# | dropout | train-mode log-probs: a random sub-network, not the eval-mode one that sampled | `rho0 cached` ≠ 0 |
 # | B3 | ratio forced to 1 everywhere | `last` = 0: the ratio never moves |
 # | B10, B6 | old *and* new log-probs come from the same wrong function, so they agree | only `gap` |
 #
 # The B10 and B6 rows are the lesson: **a ratio of exactly 1 at step 0 proves consistency, not
 # correctness.** In these twins the old log-probs are recomputed by the trainer, so both sides of the
 # ratio carry the same mistake; in a pipeline whose old log-probs come from the sampler, the same bugs
-# show up directly as `rho0 sampler` ≠ 0 (1.27 for B10, 24.1 for B6). B10 is harmless at T = 1
-# (last-but-one row: gap 0.00e+00, the same as the fixed row).
+# show up directly as `rho0 sampler` ≠ 0 (1.27 for B10, 30.1 for B6). B10 is harmless at T = 1
+# (`B10 at T=1.0` row: gap 0.00e+00, the same as the fixed row).
 
 # %% [markdown]
-# ### 5a. Dropout: ratio ≠ 1 without any learning
+# ### 5.1 Dropout: ratio ≠ 1 without any learning, and "the same mode" is not the fix
 #
 # `rollout` caches old log-probs in eval mode (dropout off), `update_policy` runs in train mode (dropout
-# on). Set lr = 0 so the weights never change: every inner step should be on-policy, yet the ratio
-# spreads, and with enough dropout the clip engages on pure noise.
+# on): with dropout the first inner step is off (the `fixed, dropout=0.1` row above). A tempting fix is
+# "compute the old and the new log-probs in the same mode". Train mode for both does not work: each
+# train-mode forward draws a *new* dropout mask, so two passes over the same weights and tokens score two
+# different random sub-networks. Below, with no update at all (weights fixed), the ratio
+# $\exp(\log\pi_\text{new} - \log\pi_\text{old})$ of two passes in the given modes, over the snapshot batch:
 
 # %%
-for p in (0.0, 0.1, 0.3):
-    batch_p, _ = nb02.rollout_with(grpo_fixed, snap, dropout=p)
-    cfg_p = grpo_fixed.make_config(**nb02.SMALL, dropout=p, lr=0.0)
-    policy_p, optimizer_p = nb02.restore(snap, lr=0.0, dropout=p)
-    torch.manual_seed(0)
-    recs = grpo_fixed.update_policy(policy_p, optimizer_p, batch_p, cfg_p, torch.Generator().manual_seed(0))
-    ratio = torch.cat([r["ratio"] for r in recs])  # all 4 inner steps
-    eval_ratio = nb02.true_ratio(grpo_fixed, policy_p, batch_p, cfg_p.temperature)
-    n_clipped = sum(r["clipped_pos"] + r["clipped_neg"] for r in recs)
-    print(f"dropout {p:.1f}, lr 0: train-mode rho in [{ratio.min():.3f}, {ratio.max():.3f}], "
-          f"std(log rho) {ratio.log().std():.4f}, clipped {n_clipped:3d}/{ratio.numel()} | "
-          f"eval-mode max|rho-1| {(eval_ratio - 1).abs().max():.1e}")
+def logprobs_in_mode(policy, batch, temperature, *, train, mask_seed=None):
+    """log pi(o_t) (N, T) of the batch's tokens, no gradient, dropout on (train=True) or off (eval);
+    mask_seed: draw the dropout mask from this seed (the same seed gives the same mask)."""
+    policy.train(train)
+    with torch.no_grad(), torch.random.fork_rng(enabled=mask_seed is not None):
+        if mask_seed is not None:
+            torch.manual_seed(mask_seed)
+        return grpo_fixed.policy_logprobs(policy, batch["prompts"], batch["completions"], temperature)
+
+
+PAIRS = {  # name -> (dropout, old pass, new pass), each pass (train mode?, mask seed)
+    "eval / train (the twins)": (0.1, (False, None), (True, None)),
+    "train / train (same mode)": (0.1, (True, None), (True, None)),
+    "eval / eval": (0.1, (False, None), (False, None)),
+    "train / train, same mask": (0.1, (True, 7), (True, 7)),
+    "no dropout, train / train": (0.0, (True, None), (True, None)),
+    "eval / train, dropout 0.3": (0.3, (False, None), (True, None)),
+}
+torch.manual_seed(0)  # the dropout masks come from the global generator
+print(f"{'old pass / new pass':26s} {'rho range':>16s}  {'mean log rho':>12s}  clipped at 0.2")
+dropout_rows = {}
+for name, (p, (old_train, old_seed), (new_train, new_seed)) in PAIRS.items():
+    policy_p, _ = nb02.restore(snap, dropout=p)
+    old = logprobs_in_mode(policy_p, batch, cfg.temperature, train=old_train, mask_seed=old_seed)  # (N, T)
+    new = logprobs_in_mode(policy_p, batch, cfg.temperature, train=new_train, mask_seed=new_seed)  # (N, T)
+    log_rho = (new - old)[batch["mask"]]  # (n_tokens,)
+    rho = log_rho.exp()
+    dropout_rows[name] = row = dict(lo=rho.min().item(), hi=rho.max().item(), mean_log=log_rho.mean().item(),
+                                    clipped=int(clipped(rho, token_adv, 0.2).sum()))
+    print(f"{name:26s} [{row['lo']:.3f}, {row['hi']:.3f}]  {row['mean_log']:+12.4f}  "
+          f"{row['clipped']:3d}/{rho.numel()}")
+same_mode = dropout_rows["train / train (same mode)"]
+twins = dropout_rows["eval / train (the twins)"]
+assert same_mode["lo"] < 0.8 and same_mode["hi"] > 1.2 and same_mode["clipped"] > 0
+assert same_mode["hi"] / same_mode["lo"] > twins["hi"] / twins["lo"] and same_mode["clipped"] > twins["clipped"]
+for name in ("eval / eval", "train / train, same mask", "no dropout, train / train"):
+    assert dropout_rows[name]["lo"] == dropout_rows[name]["hi"] == 1
+assert dropout_rows["eval / train, dropout 0.3"]["clipped"] > dropout_rows["eval / train (the twins)"]["clipped"]
 
 # %% [markdown]
-# With lr = 0 the eval-mode ratio is exactly 1, the train-mode one is not: with dropout 0.1 it ranges
-# over [0.535, 2.104] and the loss clips 22 of 440 tokens on pure noise (42 at dropout 0.3).
-# Fixes: turn dropout off for RL fine-tuning (TRL's `GRPOConfig` has a `disable_dropout` option for
-# this), or compute the old and the new log-probs in the same mode.
+# With the weights fixed, train mode for both passes spreads the ratio over [0.487, 2.514] at dropout
+# 0.1 and the clip acts on 15 of 224 tokens: pure noise, and wider than the twins' own eval / train
+# mismatch ([0.616, 1.402], 9 tokens), since now both sides carry a random mask. Three things do give
+# exactly 1:
+#
+# - **eval mode for both passes** (dropout off while computing the log-probs of the loss),
+# - **no dropout** (TRL's `GRPOConfig` has `disable_dropout`: "Whether to disable dropout in the model.
+#   This is useful for training with a reference model, as it prevents the model from generating different
+#   logprobs for the same input", default `False`; `trl/trainer/grpo_config.py` at commit `006d32c`),
+# - **the same dropout mask** for both passes (here: the same seed, same batch, same shapes; a real
+#   trainer would have to store or replay each sequence's mask across minibatches, which is why the first
+#   two are what people do).
 
 # %% [markdown]
-# ### 5b. Temperature mismatch (B10), on 5 logits
+# ### 5.2 Temperature mismatch (B10), on 5 logits
 #
 # The sampler draws from $\text{softmax}(z/T)$; B10 scores the drawn token under $\text{softmax}(z)$. If old
 # log-probs come from the sampler, the ratio at step 0 is $p_1(x)/p_T(x)$, not 1:
@@ -369,18 +508,20 @@ print("token      " + "  ".join(f"{i:6d}" for i in range(5)))
 print("p_T (T=0.8)" + "  ".join(f"{v:6.3f}" for v in p_T))
 print("p_1 (B10)  " + "  ".join(f"{v:6.3f}" for v in p_1))
 print("ratio p1/pT" + "  ".join(f"{v:6.3f}" for v in p_1 / p_T))
-print(f"expected ratio under sampling, E_pT[p1/pT] = sum p1 = {(p_T * p_1 / p_T).sum():.3f}; "
-      f"E_pT[log ratio] = {(p_T * (p_1 / p_T).log()).sum():+.4f}")
+mean_ratio, mean_log_ratio = (p_T * p_1 / p_T).sum().item(), (p_T * (p_1 / p_T).log()).sum().item()
+print(f"expected ratio under sampling, E_pT[p1/pT] = sum p1 = {mean_ratio:.3f}; "
+      f"E_pT[log ratio] = {mean_log_ratio:+.4f}")
+assert abs(mean_ratio - 1) < 1e-6 and mean_log_ratio < 0
 
 # %% [markdown]
 # With T < 1 the sampler is sharper than what B10 scores: the likely tokens (the ones usually drawn) get
 # ratio < 1, the unlikely ones ratio > 1. The mean ratio under sampling is exactly 1 (an importance
 # weight always averages to 1), but the mean log-ratio is negative (−0.0183 here, it is
 # $-\text{KL}(p_T \| p_1)$): a systematic bias, not noise. On the snapshot's batch the B10 row above
-# shows a gap of 0.96 nats between trainer and sampler.
+# shows a gap of 0.92 nats between trainer and sampler.
 
 # %% [markdown]
-# ### 5c. Shift misalignment (B6): which logit scores which token
+# ### 5.3 Shift misalignment (B6): which logit scores which token
 #
 # The policy sees `[BOS, prompt (P=2), completion (T=4)]`; the logit at position l predicts token l+1.
 
@@ -392,24 +533,96 @@ buggy_rows = positions[-T:]  # grpo_buggy.completion_logits: logits[:, -T:]
 for t in range(T):
     print(f"completion token c{t} (position {1 + P + t}): fixed scores it with logits at position {fixed_rows[t]} "
           f"(predicts position {fixed_rows[t] + 1}), B6 with position {buggy_rows[t]} (predicts {buggy_rows[t] + 1})")
+assert all(row + 1 == 1 + P + t for t, row in enumerate(fixed_rows))
 
 # %% [markdown]
 # B6 asks "how likely is the *next* token to equal this one?": a different quantity, consistent between
 # old and new log-probs (ratio 1 at step 0 in the table) but far from what the sampler drew (the B6 row's
-# gap, 3.22 nats, is the largest). Worse, the gradient then trains that wrong conditional.
+# gap, 3.44 nats, is the largest). Worse, the gradient then trains that wrong conditional.
+
+# %% [markdown]
+# ### 5.4 Signed or noise? Every mismatch is signed
 #
-# > **You should know.** Print two things before trusting any ratio: `ratio_first_maxdev` (must be 0:
-# > catches dropout/train-mode and any old-vs-new code-path difference) and `logprob_gap` between the
-# > trainer's and the sampler's log-probs (must be ~0: catches temperature and shift bugs, which a
-# > recomputed old log-prob would hide). A ratio that *never* moves (`ratio_last_maxdev` = 0) is B3.
+# A tempting rule: "a signed offset at step 0 points to a distribution mismatch, pure noise to numerics".
+# It does not hold. If the sampler draws $y \sim q$ and the trainer scores it under $p$, the mean log-ratio
+# at step 0 is
+#
+# $$\mathbb{E}_{y\sim q}\Big[\log\frac{p(y)}{q(y)}\Big] = -\text{KL}(q\,\|\,p) \le 0$$
+#
+# for *any* $q \ne p$: a temperature mismatch, a low-precision sampler, anything. Dropout is signed too:
+# the head is linear and dropout keeps the mean of its input, so the train-mode logits $z + \delta$ average
+# to the eval-mode $z$, and $\log\text{softmax}(z)_y$ is concave in $z$, so by Jensen
+# $\mathbb{E}_\delta[\log p_{z+\delta}(y)] \le \log p_z(y)$. What differs between causes is the *size*, and
+# so how many tokens it takes before the sign stands out of the per-token noise (2 standard errors:
+# $n = (2\,\text{std}/|\text{mean}|)^2$).
+#
+# Exactly, on the snapshot batch: at each of its 224 token positions, the sampler's distribution $q$ and the
+# trainer's $p$ over the 6 tokens, the mean and std of $\log p(y)/q(y)$ for $y \sim q$ (dropout: over 64
+# masks too). The low-precision sampler here rounds the logits to bfloat16 before the softmax (a small
+# stand-in for a bf16 inference engine; notebook 07 §1 treats it in depth).
+
+# %%
+def mismatch_stats(logq, logp):
+    """Mean and std of log p(y) - log q(y) for y ~ q, pooled over positions. logq, logp (..., n, V) -> (mean, std)"""
+    q, d = logq.exp(), logp - logq  # (..., n, V)
+    mean = (q * d).sum(-1).mean()  # E_q[d] per position (= -KL(q || p)), averaged
+    second = (q * d * d).sum(-1).mean()
+    return mean.item(), (second - mean**2).sqrt().item()
+
+
+policy_e, _ = nb02.restore(snap)
+policy_e.eval()
+with torch.no_grad():
+    logits = grpo_fixed.completion_logits(policy_e, batch["prompts"], batch["completions"])[batch["mask"]]  # (n, V)
+    sampler = torch.log_softmax(logits / cfg.temperature, -1)  # (n, V) what rollout samples from
+    policy_d, _ = nb02.restore(snap, dropout=0.1)
+    policy_d.train()
+    torch.manual_seed(0)
+    dropped = torch.stack([grpo_fixed.completion_logits(policy_d, batch["prompts"], batch["completions"])[batch["mask"]]
+                           for _ in range(64)])  # (64, n, V): 64 dropout masks
+mismatches = {
+    "temperature (B10)": (sampler, torch.log_softmax(logits, -1)),
+    "bfloat16 sampler": (torch.log_softmax(logits.bfloat16().float() / cfg.temperature, -1), sampler),
+    "dropout 0.1 (train/eval)": (sampler.expand_as(dropped), torch.log_softmax(dropped / cfg.temperature, -1)),
+}
+print(f"{'mismatch (q -> p)':26s} {'mean log p/q':>13s} {'std':>9s}  tokens for the sign at 2 std errors")
+signed = {}
+for name, (logq, logp) in mismatches.items():
+    mean, std = signed[name] = mismatch_stats(logq, logp)
+    print(f"{name:26s} {mean:+13.2e} {std:9.2e}  {(2 * std / abs(mean)) ** 2:10.3g}")
+assert all(mean < 0 for mean, _ in signed.values())  # every one is signed, and negative
+bf16_mean, bf16_std = signed["bfloat16 sampler"]
+assert bf16_std / abs(bf16_mean) > 500  # noise-like on one small batch
+assert (2 * bf16_std / abs(bf16_mean)) ** 2 > 1e6 > 1e3 > max((2 * sd / abs(m)) ** 2 for name, (m, sd) in signed.items()
+                                                             if name != "bfloat16 sampler")
+
+# %% [markdown]
+# All three means are negative. The temperature mismatch (−0.022) shows its sign within about 300
+# tokens, dropout within about 900; the bf16 sampler's mean (−3.2e-06) is about 800 times smaller than
+# its per-token std (2.5e-03), so on this 224-token batch it *looks* like pure noise, and its sign only
+# stands out past about 2.5 million tokens. That is one step of a large run (for example
+# 512 prompts × 8 samples × 600 tokens = 2.5 million), so there a bf16 sampler shows a steady negative
+# mean log-ratio on every batch too. The sign says "q ≠ p", never which cause; the size, and what it
+# depends on (T = 1, eval mode, logit scale), does.
+#
+# > **You should know.** Print two things before trusting any ratio: `ratio_first_maxdev` (exactly 0 in the
+# > fixed twin; catches dropout in train mode and any old-vs-new code-path difference) and `logprob_gap`
+# > between the trainer's and the sampler's log-probs (healthy: near 0, range in `grpo_fixed.STATS`; catches
+# > temperature and shift bugs, which a recomputed old log-prob would hide). A ratio that *never* moves
+# > (`ratio_last_maxdev` = 0) is B3. A step-0 offset with a steady sign says the two sides score different
+# > distributions, whatever the cause: every mismatch, numerics included, has mean log-ratio −KL(q ‖ p).
 #
 # <details><summary>Answer: your trainer takes old log-probs from vLLM; at the first inner step the mean
 # log-ratio is −0.02 on every batch, and max |ρ − 1| is 0.1. What do you check first?</summary>
 #
-# A systematic (signed, every batch) offset at step 0 means the two sides score different
-# distributions: temperature (and top-p/top-k) applied by the sampler but not by the trainer (B10),
-# then the shift (B6), dropout / train mode, and numerics (bf16 sampler vs fp32 trainer). Pure noise
-# with mean log-ratio ≈ 0 points to numerics or dropout; a signed offset points to a distribution mismatch.
+# The two sides score different distributions: mean log-ratio = −KL(sampler ‖ trainer), so a steady
+# negative sign comes with *any* mismatch and does not name the cause; the size does. −0.02 is
+# temperature-sized (−0.022 for B10 on the batch of notebook 02 §5.4, −0.018 on five logits), about 6,000
+# times what bf16 rounding of the logits gives there (−3.2e-06). So check, in order:
+# the sampling settings applied by the engine but not by the trainer (temperature, top-p/top-k: B10),
+# then the log-prob shift (B6), then dropout / train mode in the trainer, then numerics (a bf16 engine
+# against an fp32 trainer: small, growing with sharper logits, notebook 07 §1). Re-run one batch at T = 1
+# or with the trainer in eval mode to split the first from the third.
 # </details>
 
 # %% [markdown]
@@ -436,9 +649,9 @@ for t in range(T):
 def grpo_loss_no_exp(logprobs, old_logprobs, advantages, mask, clip=0.2):
     """HYPOTHETICAL variant (not in the twins): grpo_fixed.grpo_loss with ratio = logp - old_logp, no exp."""
     mask = mask.bool()
-    r = grpo_fixed._zero_masked(logprobs - old_logprobs.detach(), mask)  # (N, T): 0 at the first step
+    r = torch.where(mask, logprobs - old_logprobs.detach(), 0.0)  # (N, T): 0 at the first step
     adv = advantages.detach().unsqueeze(1)  # (N, 1)
-    return -grpo_fixed.masked_mean(torch.min(r * adv, torch.clamp(r, 1 - clip, 1 + clip) * adv), mask)
+    return -masked_mean(torch.min(r * adv, torch.clamp(r, 1 - clip, 1 + clip) * adv), mask)
 
 
 # %% [markdown]
@@ -449,13 +662,17 @@ def grpo_loss_no_exp(logprobs, old_logprobs, advantages, mask, clip=0.2):
 old = torch.log(torch.tensor([[0.5, 0.9], [0.3, 0.6], [0.4, 0.7], [0.2, 0.8]]))  # (4, 2) old log-probs
 adv = torch.tensor([1.5, 0.5, -0.5, -1.5])  # (4,)
 mask = torch.ones(4, 2, dtype=torch.bool)
+grads = {}
 for name, loss_fn in [("exp (grpo_loss)", grpo_fixed.grpo_loss), ("no exp (hypothetical)", grpo_loss_no_exp)]:
     logp = old.clone().requires_grad_(True)  # first inner step: logp == old_logp
     loss = loss_fn(logp, old, adv, mask, 0.2)
     loss.backward()
-    grad = logp.grad * mask.sum()  # (4, 2) per-token gradient, the masked mean's 1/n undone
+    grads[name] = grad = logp.grad * mask.sum()  # (4, 2) per-token gradient, the masked mean's 1/n undone
     print(f"{name:22s} loss {loss.item():+.4f} | n*dL/dlogp by sequence: "
           + ", ".join(f"A={a:+.1f}: {g[0]:+.2f} {g[1]:+.2f}" for a, g in zip(adv.tolist(), grad.tolist(), strict=True)))
+assert torch.allclose(grads["no exp (hypothetical)"][:2], grads["exp (grpo_loss)"][:2])  # same on A > 0
+assert (grads["no exp (hypothetical)"][2:] == 0).all()  # silent on A < 0
+assert abs(loss.item() - 0.4) < 1e-6  # the no-exp loss at the first step
 
 # %% [markdown]
 # Same gradient −A on the A > 0 tokens, **zero** on the A < 0 tokens, and the loss value is no longer 0
@@ -475,11 +692,14 @@ for ax, a in zip(axes, (1.0, -1.0), strict=True):
 axes[0].set_ylabel("n * dL / dlogp")
 axes[0].legend(fontsize="small")
 plt.show()
+windows = {}
 for a in (1.0, -1.0):
     for name, loss_fn in [("exp", grpo_fixed.grpo_loss), ("no exp", grpo_loss_no_exp)]:
         active = x[nb02.surrogate_grad(loss_fn, x, a) != 0]
+        windows[a, name] = (active.min().item(), active.max().item())
         print(f"A={a:+.0f} {name:6s}: gradient for log-ratio in [{active.min():+.2f}, {active.max():+.2f}] "
               f"(ratio e^x in [{active.min().exp():.3f}, {active.max().exp():.3f}])")
+assert windows[-1.0, "no exp"][0] > 0.79 and windows[1.0, "no exp"][1] > 1.19  # silent at 0; open up to 1.2
 
 # %% [markdown]
 # Read the printout against the derivation (grid step 0.01 in log-ratio): with `exp`, an A > 0 token
@@ -489,14 +709,16 @@ for a in (1.0, -1.0):
 # the `exp` curves' slope: the gradient is $A\rho$, the importance weight at work; the no-exp one is flat.
 #
 # Can it still train? A short run of each (40 iterations, 8 prompts per batch, seed 0), the no-exp run
-# being the fixed twin with only `grpo_loss` swapped:
+# being the fixed twin with only `grpo_loss` swapped (`catalog.swapped`):
 
 # %%
 history_fixed = grpo_fixed.train(seed=0, steps=40, prompts_per_batch=8)
-history_no_exp = nb02.with_loss(grpo_loss_no_exp).train(seed=0, steps=40, prompts_per_batch=8)
+history_no_exp = swapped("no_exp", grpo_loss=grpo_loss_no_exp).train(seed=0, steps=40, prompts_per_batch=8)
+late = {}
 for name, h in [("exp (fixed)", history_fixed), ("no exp", history_no_exp)]:
-    print(f"{name:12s} reward first 5 iters {sum(s['reward'] for s in h[:5]) / 5:.3f}, "
-          f"last 10 iters {sum(s['reward'] for s in h[-10:]) / 10:.3f}")
+    early, late[name] = sum(s["reward"] for s in h[:5]) / 5, sum(s["reward"] for s in h[-10:]) / 10
+    print(f"{name:12s} reward first 5 iters {early:.3f}, last 10 iters {late[name]:.3f}")
+assert late["exp (fixed)"] > late["no exp"] > 0.5  # it learns, less well
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3), layout="constrained")
@@ -506,7 +728,7 @@ ax.set_title("EchoTask reward, seed 0 (5-iteration moving mean)", fontsize="medi
 plt.show()
 
 # %% [markdown]
-# It still learns here (reward 0.729 over the last 10 iterations, against 0.847 with `exp`, on this
+# It still learns here (reward 0.729 over the last 10 iterations, against 0.833 with `exp`, on this
 # one seed): the A > 0 tokens get exactly the policy-gradient push they get with `exp`, so
 # the model does "reinforce the above-average samples" and ignores the below-average ones. What is
 # lost: the A < 0 signal, the importance weighting on later inner steps, and a trust region in the
@@ -526,28 +748,180 @@ plt.show()
 # </details>
 
 # %% [markdown]
-# ## 7. Self-check
+# ## 7. Old log-probs: under `no_grad`, cached once
+#
+# **Question.** The spec says "cached old-policy logprobs, computing old logprobs under `no_grad`". What
+# breaks without `no_grad`, and what breaks without the cache?
+#
+# **Key equation.** If the old log-probs keep their autograd graph, they depend on θ too. At the first
+# inner step both sides are the same function of θ, so
+#
+# $$\nabla_\theta\, e^{\log\pi_\theta(o) - \log\pi_{\theta}^{\text{old}}(o)}
+# = \rho\,\big(\nabla_\theta\log\pi_\theta(o) - \nabla_\theta\log\pi_\theta^{\text{old}}(o)\big) = 0 :$$
+#
+# the policy gradient vanishes. The ratio's gradient must treat π_old as a constant.
+#
+# **Tiny input.** The snapshot batch (64 sequences of 1 + 2 + 4 tokens, hidden 64). First, memory: the bytes
+# autograd saves for backward while `policy_logprobs` runs over the batch (they live as long as the result's
+# graph does, i.e. as long as the batch holds on to `old_logprobs`):
+
+# %%
+def saved_for_backward(fn, params):
+    """Run fn(); -> (its result, bytes of the tensors autograd saved for backward, parameters excluded)."""
+    storages = {}
+    skip = {p.untyped_storage().data_ptr() for p in params}  # weights exist anyway
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in skip:
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = fn()
+    return result, sum(storages.values())
+
+
+policy_m, _ = nb02.restore(snap)
+policy_m.eval()  # as in rollout
+memory = {}
+for name, grad in [("under no_grad (rollout)", False), ("without no_grad", True)]:
+    with torch.set_grad_enabled(grad):
+        old_lp, nbytes = saved_for_backward(
+            lambda: grpo_fixed.policy_logprobs(policy_m, batch["prompts"], batch["completions"], cfg.temperature),
+            policy_m.parameters())
+    memory[name] = (nbytes, old_lp.grad_fn is not None)
+    print(f"{name:24s} old_logprobs {tuple(old_lp.shape)} ({old_lp.numel() * old_lp.element_size()} bytes), "
+          f"graph attached: {old_lp.grad_fn is not None}, activations kept for backward: {nbytes:,} bytes")
+assert memory["under no_grad (rollout)"] == (0, False)
+assert memory["without no_grad"][1] and memory["without no_grad"][0] > 500 * old_lp.numel() * old_lp.element_size()
+
+# %% [markdown]
+# Without `no_grad`, the 1 KB of cached log-probs keeps about 1 MB of activations alive (about 1,000 times
+# its size, 16 KB per sequence), the memory of a training forward pass, for as long as the batch lives.
+# At LLM scale that is a full forward's activations per rollout batch. In the twins nothing else goes
+# wrong, because `grpo_loss` detaches `old_logprobs` itself. Now the gradient: a hypothetical loss that does
+# **not** detach them (not in either twin), against the fixed one, at the first inner step, with the old
+# log-probs computed with their graph:
+
+# %%
+def grpo_loss_no_detach(logprobs, old_logprobs, advantages, mask, clip=0.2):
+    """HYPOTHETICAL variant (not in the twins): grpo_fixed.grpo_loss without old_logprobs.detach()."""
+    mask = mask.bool()
+    ratio = torch.where(mask, logprobs - old_logprobs, 0.0).exp()  # (N, T): gradient flows into pi_old too
+    adv = advantages.detach().unsqueeze(1)  # (N, 1)
+    return -masked_mean(torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv), mask)
+
+
+pg_grad = {}
+for name, loss_fn in [("grpo_loss (detaches)", grpo_fixed.grpo_loss),
+                      ("no detach (hypothetical)", grpo_loss_no_detach)]:
+    policy_g, _ = nb02.restore(snap)
+    policy_g.eval()
+    old_lp = grpo_fixed.policy_logprobs(policy_g, batch["prompts"], batch["completions"], cfg.temperature)  # graph
+    policy_g.train()
+    new_lp = grpo_fixed.policy_logprobs(policy_g, batch["prompts"], batch["completions"], cfg.temperature)
+    loss = loss_fn(new_lp, old_lp, batch["advantages"], batch["mask"], cfg.clip)
+    loss.backward()
+    pg_grad[name] = torch.cat([p.grad.flatten() for p in policy_g.parameters()]).norm().item()
+    print(f"{name:26s} policy-gradient loss {loss.item():+.6f}, |gradient| {pg_grad[name]:.2e}")
+assert pg_grad["no detach (hypothetical)"] < 1e-6 * pg_grad["grpo_loss (detaches)"]
+
+# %% [markdown]
+# Same loss value, and the gradient drops from 0.41 to 8e-09 (float rounding of an exact 0): the update would
+# follow the KL term alone. It does not stay silent for long. In the trainer's loop the second minibatch
+# backpropagates through the same rollout graph again:
+
+# %%
+policy_c, optimizer_c = nb02.restore(snap)
+policy_c.eval()
+graph_batch = dict(batch, old_logprobs=grpo_fixed.policy_logprobs(policy_c, batch["prompts"], batch["completions"],
+                                                                 cfg.temperature))  # cached with its graph
+outcome = {}
+for name, module in [("grpo_fixed", grpo_fixed), ("no detach", swapped("no_detach", grpo_loss=grpo_loss_no_detach))]:
+    policy_c, optimizer_c = nb02.restore(snap)
+    try:
+        recs = module.update_policy(policy_c, optimizer_c, graph_batch, cfg, torch.Generator().manual_seed(0))
+        outcome[name] = "4 inner steps, grad norms " + " ".join(f"{r['grad_norm']:.4f}" for r in recs)
+    except RuntimeError as err:
+        outcome[name] = f"RuntimeError: {str(err).split('(')[0].strip()}"
+    print(f"{name:10s} {outcome[name]}")
+reference = grpo_fixed.update_policy(*nb02.restore(snap), batch, cfg, torch.Generator().manual_seed(0))
+assert outcome["grpo_fixed"].endswith(" ".join(f"{r['grad_norm']:.4f}" for r in reference))  # memory only
+assert outcome["no detach"].startswith("RuntimeError: Trying to backward through the graph a second time")
+
+# %% [markdown]
+# With the graph attached, the fixed twin's update is unchanged (same grad norms as with the cached
+# `no_grad` batch: its `grpo_loss` detaches), and the non-detaching loss crashes at the second inner step.
+# Without the *cache* (B3: old log-probs recomputed from the current policy inside the loop) nothing
+# crashes and no memory is wasted, but the ratio is 1 at every step (notebook 02 §4; the `B3` row of
+# notebook 02 §5: `last` = 0).
+#
+# Catalog-style note, one entry per omission:
+#
+# - **No `no_grad` at rollout (the loss still detaches).** *Symptom:* memory only: the rollout forward's
+#   activations stay alive with every batch (here 1 MB for a 1 KB tensor); training is unchanged.
+#   *Statistic:* `batch["old_logprobs"].requires_grad` (or `.grad_fn`) is set; peak memory per rollout
+#   grows with the batch kept. *Fix:* `@torch.no_grad()` on rollout (as in the twins), or `.detach()`
+#   when caching.
+# - **No `no_grad` and no detach.** *Symptom:* the policy-gradient term is ~0 at the first inner step (only
+#   the KL term moves the policy), then "Trying to backward through the graph a second time" at the
+#   second. *Statistic:* `grad_norm` collapses although the advantages are non-zero; then the crash.
+#   *Fix:* both of the above: old log-probs are constants of the loss.
+# - **No cache (B3).** *Symptom:* ratio 1 at every inner step, nothing ever clipped, no trust region.
+#   *Statistic:* `ratio_last_maxdev` = 0, outside its healthy range (printed below from `grpo_fixed.STATS`),
+#   and `clip_frac_pos` = `clip_frac_neg` = 0. *Fix:* use the old log-probs cached once at rollout.
+
+# %%
+print(f"ratio_last_maxdev healthy range: {render_range('ratio_last_maxdev')}; "
+      f"under B3 (notebook 02 §5): {audit['B3 recomputed old']['last_cached']:.1e}")
+assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"]["last_cached"]}, "ratio_last_maxdev")
+
+# %% [markdown]
+# > **You should know.** Old log-probs are *data*, not a function of θ: compute them once per rollout
+# > batch (cache), without a graph (`no_grad`), and treat them as constants in the loss (`detach`). Forget
+# > the first and the ratio is stuck at 1 (B3); forget the second and memory grows silently; forget both the
+# > second and the third and the policy gradient is 0 at ρ = 1, then the loop crashes.
+#
+# <details><summary>Answer: why is the policy gradient exactly 0 (not just small) when π_old keeps its graph?</summary>
+#
+# At the first inner step $\log\pi_\theta$ and $\log\pi^\text{old}_\theta$ are the same function of the same θ,
+# so $\nabla(\log\pi_\theta - \log\pi_\theta^\text{old}) = 0$ identically, and $\nabla\rho = \rho\cdot 0$. The
+# loss value is right ($\rho = 1$), only its gradient is gone; here it comes out at 8e-09 instead of 0.41,
+# float rounding of the two cancelling backward paths.
+# </details>
+
+# %% [markdown]
+# ## 8. Self-check
 #
 # 1. At minibatch 1 of epoch 0 you print max |ρ − 1| = 0.3 although that minibatch was never trained on. Bug?
 # 2. Your run logs `clip_frac_pos = clip_frac_neg = 0.000` and `ratio_last_maxdev = 0` for all iterations,
 #    with 2 epochs × 2 minibatches. What is it?
 # 3. Which side of the clip window do A > 0 tokens reach first, and why? Why is the drift for A < 0 larger?
-# 4. Dropout 0.1, lr 0: is the ratio 1? Name two fixes.
+# 4. Dropout 0.1, lr 0: is the ratio 1? Does computing both passes in train mode fix it? Name the fixes.
 # 5. Why did B10 and B6 leave `ratio_first_maxdev` at 0 here, and what catches them?
-# 6. With `ratio = logp - old_logp` and clip 0.2, which tokens get gradient at the first inner step?
+# 6. The step-0 mean log-ratio against the sampler is negative on every batch. Mismatch or numerics?
+# 7. With `ratio = logp - old_logp` and clip 0.2, which tokens get gradient at the first inner step?
+# 8. Old log-probs computed without `no_grad`: what does it cost with the twins' `grpo_loss`, and without its detach?
 #
 # <details><summary>Answers</summary>
 #
 # 1. No: the step on minibatch 0 already moved the shared weights; only the very first inner step is
-#    on-policy (section 2).
+#    on-policy (notebook 02 §2).
 # 2. Old log-probs recomputed inside the inner loop (B3): the ratio is 1 at every step, so nothing is ever
-#    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates" (section 4).
+#    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates"
+#    (notebook 02 §4).
 # 3. A > 0 tokens rise toward $1+\epsilon$ (first order: $\sum_t A_t\Delta\log\pi_t \ge 0$); A < 0 tokens fall
 #    toward $1-\epsilon$. A > 0 tokens are already likely mid-run, so their ratio is capped by $1/\pi_\text{old}$;
-#    A < 0 tokens can fall toward 0 (section 3).
-# 4. No: train mode draws a new dropout mask each forward, while the cached old log-probs were eval-mode.
-#    Disable dropout (e.g. TRL's `disable_dropout`), or compute old and new log-probs in the same mode (section 5a).
+#    A < 0 tokens can fall toward 0 (notebook 02 §3).
+# 4. No: train mode draws a new dropout mask each forward, while the cached old log-probs were eval-mode. Two
+#    train-mode passes do not help either (two different masks). Fixes: eval mode for both passes, no dropout
+#    (TRL's `disable_dropout`), or the same dropout mask for both (notebook 02 §5.1).
 # 5. Old and new log-probs were both computed by the same buggy function, so they agree; the trainer-vs-sampler
-#    `logprob_gap` catches them (section 5).
-# 6. Only A > 0 tokens (unclipped branch, gradient A); A < 0 tokens sit on the constant $0.8A$ branch (section 6).
+#    `logprob_gap` catches them (notebook 02 §5).
+# 6. The sign cannot say: the mean log-ratio is −KL(sampler ‖ trainer) ≤ 0 for every mismatch, bf16 numerics
+#    included. Its size and what it depends on tell the causes apart (notebook 02 §5.4).
+# 7. Only A > 0 tokens (unclipped branch, gradient A); A < 0 tokens sit on the constant $0.8A$ branch
+#    (notebook 02 §6).
+# 8. With the detach: only memory (the rollout forward's activations kept alive, about 1,000× the tensor here).
+#    Without it: the policy gradient is 0 at ρ = 1, and the second minibatch's backward crashes (notebook 02 §7).
 # </details>

@@ -29,10 +29,10 @@
 # 2. **Stale rollouts.** The samples come from the policy as it was k updates ago. We anchor the clip to
 #    that stale policy or to the current one, with and without the importance weight, and compare
 #    rewards and clip fractions for k = 0, 1, 2, 4.
-# 3. **Effective sample size** of the importance weights, the one statistic that shows both, logged per
-#    iteration like the twins' own statistics.
+# 3. **Effective sample size** of the importance weights, the one statistic that places both on one scale
+#    (read as 1 − ESS), logged per iteration like the twins' own statistics.
 #
-# Each section gives the switch's name in TRL and in verl, quoted from the file and version we read, and
+# Each section gives the switch's name in TRL and in verl, quoted from the file and commit we read, and
 # ends with a catalog-style note: symptom, the statistic that shows it, the fix. The code being taught
 # (the truncated weight, the corrected loss, the ESS) is in the cells below; `workbook/off_policy.py` only
 # swaps functions of a fresh `grpo_fixed` copy (`catalog.swapped`), runs and caches the training runs,
@@ -67,8 +67,10 @@ print(f"every training run: {op.SHORT['steps']} iterations of {op.SHORT['prompts
 # ρ = π_θ/π_old = 1 exactly. Is the update on-policy?
 #
 # **Key equations.** With logits z and temperature T, the trainer's policy is p = softmax(z/T) and the
-# sampler's is q = softmax(round(z)/T). At ρ = 1 the clipped surrogate's gradient is the plain policy
-# gradient, but averaged over the samples the batch actually holds:
+# sampler's is q = softmax(round(z)/T). (Our sampler rounds only the final logits; the weights and the
+# rest of the forward pass stay float32. A real engine runs the whole forward pass in bfloat16, so its
+# mismatch is larger than the one measured here.) At ρ = 1 the clipped surrogate's gradient is the plain
+# policy gradient, but averaged over the samples the batch actually holds:
 #
 # $$\underbrace{\mathbb{E}_{y\sim q}\big[A(y)\,\nabla\log p(y)\big]}_{\text{what the update estimates}}
 # \;\neq\; \underbrace{\mathbb{E}_{y\sim p}\big[A(y)\,\nabla\log p(y)\big]}_{\text{the policy gradient}}
@@ -87,8 +89,8 @@ print(f"every training run: {op.SHORT['steps']} iterations of {op.SHORT['prompts
 #
 # <table>
 # <tr><th>framework, file read</th><th>switch</th><th>what it does, in its own words</th></tr>
-# <tr><td>TRL, <code>trl/trainer/grpo_config.py</code> at commit <code>006d32c</code> (main, 2026; its
-# <code>VERSION</code> file is not stored at that commit)</td>
+# <tr><td>TRL, <code>trl/trainer/grpo_config.py</code> at commit <code>006d32c</code> (main branch; it cites
+# papers from February 2026; the <code>VERSION</code> file is not stored at that commit)</td>
 # <td><code>vllm_importance_sampling_correction</code> (default <code>True</code>),
 # <code>vllm_importance_sampling_mode</code> (default <code>"sequence_mask"</code>; also
 # <code>"token_truncate"</code>, <code>"token_mask"</code>, <code>"sequence_truncate"</code>),
@@ -141,7 +143,7 @@ for scale in (1.0, 8.0):
 # (u = 0.39%), float16 11, float8 e4m3 only 4 (u = 6.25%). The error of a logit therefore grows with the
 # logit (for numbers in the format's normal range: |z| ≥ 2⁻⁶ for float8 e4m3, below that the relative
 # error grows), and a sharper policy (larger logits) is sampled less faithfully: the weights p/q spread over
-# 0.993 to 1.001 at s = 1 and over 0.95 to 1.013 at s = 8 with bfloat16, and float8 reaches 0.45 at
+# 0.993 to 1.001 at s = 1 and over 0.95 to 1.01 at s = 8 with bfloat16, and float8 reaches 0.45 at
 # s = 8. The bound, checked on 10,000 random logits:
 
 # %%
@@ -179,6 +181,11 @@ def expected_update(logits, sampler_logits, rewards, weight):
 
 def relative_error(g, g_true):
     return ((g - g_true).norm() / g_true.norm()).item()
+
+
+def mean(values):
+    values = list(values)
+    return sum(values) / len(values)
 
 
 NO_WEIGHT = lambda logp, logq: torch.ones_like(logp)  # noqa: E731  (the uncorrected update)
@@ -272,8 +279,9 @@ assert checks[8.0, "float8_e4m3fn", 1.0]["tis"] > 0.17 and checks[8.0, "float8_e
 
 # %% [markdown]
 # With bfloat16 the uncorrected update is off by 0.5% at s = 4 and 1.2% at s = 8; with float8 at s = 8 by
-# 18%, and C = 1 brings all of it back. The mismatch KL is not monotone in s (at s = 8 almost all
-# of q's mass is on one token, whose logit rounds well), so read the weights and the bias, not only the KL.
+# 18%, and C = 1 brings all of it back. The mismatch KL is not monotone in s: to second order it is
+# ½ Var_p(δ) for the logit errors δ, and at s = 8 almost all of p's mass sits on one token, so δ barely
+# varies under p while the rare tokens' weights are far from 1. Read the weights and the bias, not only the KL.
 
 # %% [markdown]
 # ### 1b. On the twins: one rollout batch, and the exact gradient bias
@@ -352,13 +360,14 @@ assert all(b[f"token TIS C={CAP:g}"] == b["token IS (no cap)"] and b["sequence I
 # On the trained policy the uncorrected update is off by 0.2% of its length with a bfloat16 sampler
 # and by 3.7% with float8. Token-level weights remove between half and three quarters of it, and no more:
 # the sequence's advantage is credited to every token, but each token is reweighted only for its own
-# mismatch, not for those of the tokens before it that decided which prefix it was drawn in. The
+# draw, not for the draws of the prefix it continues or of the suffix that decides the reward. The
 # sequence-level weight p(y)/q(y) removes the bias completely (it is the exact importance weight, and
 # the table shows float rounding) at the price of a variance that grows with the length (section 3).
-# C = 2 never binds here (the weights stay below 1.2), so the capped and uncapped token columns agree.
+# C = 2 never binds here: no token of any enumerated completion has a weight of 2, so the capped and
+# uncapped token columns are equal.
 # Both frameworks offer both levels (TRL's `token_*` / `sequence_*` modes, verl's `rollout_is: token |
-# sequence`). The bias is small next to the noise of one batch, but it does not average out over steps:
-# it points the same way every time the same tokens are rounded the same way.
+# sequence`). Unlike the sampling noise of a batch, the bias does not average out over steps: it points
+# the same way every time the same tokens are rounded the same way.
 #
 # **Training comparison.** 30 iterations per sampler, seed 0, and TIS (C = 2) on the float8 sampler; the
 # float32 run is the plain twin. Seeds 1 and 2 of the float32 run give the seed-to-seed spread.
@@ -390,7 +399,7 @@ mismatch_runs = {"float32": op.run_mismatch("float32"), "bfloat16": op.run_misma
 spread = [op.final_reward(op.run_mismatch("float32", seed=seed)) for seed in (0, 1, 2)]
 for label, run in mismatch_runs.items():
     kl = [mismatch_kl(lw) for lw in run["log_w"]]
-    fails = sum("training log-probs match the sampler" in s["health"] for s in run["history"])
+    fails = sum(LOGPROB_CHECK in s["health"] for s in run["history"])
     print(f"{label:13s} final reward {op.final_reward(run):.3f}   mismatch KL/token {sum(kl) / len(kl):.2e}   "
           f"ratio at first step max |rho - 1| {max(s['ratio_first_maxdev'] for s in run['history']):.1e}   "
           f"logprob check failed {fails}/{len(run['history'])}")
@@ -401,6 +410,9 @@ assert [sum(LOGPROB_CHECK in s["health"] for s in run) for run in h.values()] ==
 deviation = max(abs(op.final_reward(run) - op.final_reward(mismatch_runs["float32"])) for run in mismatch_runs.values())
 print(f"largest |final reward - float32's|: {deviation:.3f}; float32 seed spread {max(spread) - min(spread):.3f}")
 assert f"{deviation:.3f}" == "0.028" and deviation < (max(spread) - min(spread)) / 4
+bf16_kl = [mismatch_kl(lw) for lw in mismatch_runs["bfloat16"]["log_w"]]
+print(f"bfloat16 mismatch KL per token: iteration 0 {bf16_kl[0]:.1e}, mean of the last 10 {mean(bf16_kl[-10:]):.1e}")
+assert mean(bf16_kl[-10:]) > 10 * bf16_kl[0]
 
 fig, (ax_r, ax_kl) = op.new_figure()
 op.curves_by(ax_r, mismatch_runs, "reward", smooth=3, ylabel="reward (3-iteration mean)")
@@ -418,9 +430,13 @@ plt.show()
 # differ from the float32 run's by at most 0.028, less than a quarter of the spread between three float32
 # seeds (0.117), and TIS on the float8 sampler does not change that. The bias is a few percent of the
 # update at most (the table above), and EchoTask's four-token completions give it little room to
-# compound. The reported collapses from this mismatch come from long completions, large vocabularies and
-# rare tokens with p ≪ q, where weights are far from 1; a 6-token toy cannot reach that regime, so here
-# we measure the mismatch rather than show a collapse.
+# compound. The mismatch does grow as the policy sharpens: bfloat16's KL per token is more than ten times
+# larger over the last 10 iterations than at the first (right figure). The collapses reported for this
+# mismatch (verl's documentation cites "When Speed Kills Stability: Demystifying RL Collapse from the
+# Training-Inference Mismatch", whose third part is titled "Toxic Tails and Length Traps") involve long
+# completions and large vocabularies, where rare tokens get weights far from 1; a toy with 6 tokens and
+# completions of at most 4 cannot reach that regime, so here we measure the mismatch rather than show a
+# collapse.
 #
 # > **You should know.**
 # > - ρ = 1 at the first step only means the trainer agrees with itself. The samples came from the
@@ -472,8 +488,8 @@ plt.show()
 # (experimental)</td>
 # <td>staleness_threshold: "the maximum proportion of stale samples allowed to be used" (0: synchronous);
 # use_rollout_log_probs: "In the fully async strategy, we default to old_log_prob being calculated by rollout
-# rather than by trainer" (the behaviour anchor); compute_prox_log_prob, with rollout importance sampling,
-# "approximates Areal's Decoupled PPO" (the current anchor + IS)</td></tr>
+# rather than by trainer" (our behaviour anchor); compute_prox_log_prob, with rollout importance sampling,
+# "approximates Areal's Decoupled PPO" (our reading: the current anchor + IS)</td></tr>
 # <tr><td>verl, <code>docs/algo/rollout_corr.md</code> at commit <code>b54386e</code></td>
 # <td><code>algorithm.rollout_correction.bypass_mode</code> (named <code>bypass_old_logprob_for_rollout</code>
 # in <code>docs/advance/rollout_corr.md</code> at <code>0fe72c5</code>)</td>
@@ -481,7 +497,8 @@ plt.show()
 # (false): "Three policies (π_rollout, π_old, π_θ) with IS correction from π_rollout to π_old"</td></tr>
 # <tr><td>TRL, <code>trl/trainer/grpo_config.py</code> at commit <code>006d32c</code></td>
 # <td><code>steps_per_generation</code>, <code>num_iterations</code></td>
-# <td><code>num_iterations</code>: "Number of iterations per batch (denoted as μ in the algorithm)";
+# <td><code>num_iterations</code>: "Number of iterations per batch (denoted as μ in the algorithm)" (their μ
+# is a count, not our behaviour policy);
 # <code>steps_per_generation</code>: "Number of steps per generation": one generation batch feeds several
 # optimizer steps, so the later ones train on samples from an older policy. We found no
 # asynchronous-generation switch in that file.</td></tr>
@@ -535,11 +552,6 @@ def stale_run(k, anchor):
     if k == 0:
         return op.run_stale(0, "behaviour")
     return op.run_stale(k, anchor, tis_grpo_loss if anchor == "current + TIS" else None, CAP)
-
-
-def mean(values):
-    values = list(values)
-    return sum(values) / len(values)
 
 
 def clip_fraction(run):
@@ -644,7 +656,7 @@ assert f"{tis_gap:.3f}" == "0.092" and f"{seed_spread:.3f}" == "0.117"
 # learning slower while the clip fraction rises. *Statistic:* the clip fraction against its on-policy
 # value, max |ρ − 1| at the first inner step with π_old = the sampler's log-probs, the ESS of
 # π_trainer/π_sampler. *Fix:* anchor the clip at the current policy (recompute π_old: verl
-# `async_training.compute_prox_log_prob`, `rollout_correction.bypass_mode: false`), correct with truncated
+# `async_training.compute_prox_log_prob`, `algorithm.rollout_correction.bypass_mode: false`), correct with truncated
 # IS from the sampler, and bound the staleness (verl `async_training.staleness_threshold`).
 
 # %% [markdown]
@@ -795,6 +807,7 @@ for label, run in {**{k: v for k, v in mismatch_runs.items() if k != "float32"},
 ax_a.set(yscale="log", xlabel="iteration", ylabel="1 - ESS", title="1 - ESS: both sources, log scale")
 ax_a.legend(fontsize="small", ncol=2)
 ax_b.axhspan(op.STATS["ess"].lo, op.STATS["ess"].hi, color="0.92", label="healthy (op.STATS)")
+ax_b.set_ylim(0.3, 1.02)
 op.curves_by(ax_b, {f"k={k}": stale_runs[k, "current"] for k in K_VALUES}, "ess", ylabel="ESS / n")
 ax_b.set_title("stale rollouts, clip at the current policy")
 plt.show()

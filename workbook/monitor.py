@@ -74,15 +74,18 @@ class CheckInfo:
     """catalog bugs (B1..B11) or regimes it flags"""
     unless: str = ""
     """when the check is waived"""
+    finite: tuple = ()
+    """stats the check only requires to be finite (no STATS range of theirs is asserted)"""
 
     @property
     def asserts(self) -> str:
-        condition = " and ".join(f"{name} {render_range(name)}" for name in self.stats)
-        return condition + (f" (unless {self.unless})" if self.unless else "")
+        parts = [f"{name} {render_range(name)}" for name in self.stats] + [f"{name} finite" for name in self.finite]
+        return " and ".join(parts) + (f" (unless {self.unless})" if self.unless else "")
 
     @property
     def threshold(self) -> str:
-        return " ".join(STATS[name].why for name in self.stats)
+        whys = dict.fromkeys(STATS[name].why for name in self.stats)  # once each, in order
+        return "; ".join(whys) or "any non-finite value"
 
 
 SOLVED = f"reward > {grpo_fixed.SOLVED_REWARD:g}"
@@ -111,7 +114,7 @@ CHECK_INFO = {
         ("loss", "nonfinite_steps"), "a skipped step is silently lost data; a NaN step that is not skipped "
         "destroys the weights", "any NaN/-inf source (B2 here)"),
     "grad norm finite": CheckInfo(
-        (), "NaN/inf reached the parameters' gradients", "any NaN/-inf source (B2 here)"),
+        (), "NaN/inf reached the parameters' gradients", "any NaN/-inf source (B2 here)", finite=("grad_norm",)),
     "groups carry signal": CheckInfo(
         ("zero_var_groups",), "a group with equal rewards has A = 0 for every member: no gradient; the run is "
         "starved", "sparse rewards, G too small, temperature too low", SOLVED),
@@ -149,29 +152,32 @@ PROBE_INFO = {
 """probe name -> (what it asserts, what is broken when it fails, catalog bug); tolerances from grpo_fixed"""
 PROBE_TOLERANCES = {"sampling": _f.SAMPLING_TOL, "kl": _f.KL_TOL, "gradient": _f.GRAD_TOL}
 
-HEALTHY_STATS = {
-    "reward": 0.5, "reward_std": 0.3, "zero_var_groups": 0.1, "adv_nonfinite": 0, "adv_group_mean": 3e-8,
-    "logprob_gap": 0.0, "ratio_first_maxdev": 0.0, "ratio_last_mean": 1.01, "ratio_last_maxdev": 0.4,
-    "clip_frac_pos": 0.08, "clip_frac_neg": 0.07, "kl": 0.3, "entropy": 1.2, "grad_norm": 0.8, "loss": -0.05,
-    "nonfinite_steps": 0, "completion_length": 3.0,
-}
-"""a hand-written healthy stats dict with every STATS key (values like a fixed-twin run's)"""
+def inside(name: str) -> float:
+    """A value inside STATS[name]'s healthy range: the middle of a finite range, lo + 1 above a lone lower
+    bound, hi - 1 below a lone upper bound, 0 when both are infinite."""
+    lo, hi = STATS[name].lo, STATS[name].hi
+    if math.isfinite(lo) and math.isfinite(hi):
+        return (lo + hi) / 2
+    if math.isfinite(lo):
+        return lo + 1.0
+    return hi - 1.0 if math.isfinite(hi) else 0.0
+
+
+HEALTHY_STATS = {name: inside(name) for name in STATS}
+"""a healthy stats dict with every STATS key, each value derived from its row's range (see inside)"""
 
 
 def check_table(kind: str = "iteration") -> str:
     """A markdown table of the checks ('iteration') or of the preflight probes ('preflight')."""
     if kind == "iteration":
-        rows = [(name, "grpo_fixed" if name in grpo_fixed.HEALTH_CHECKS else "monitor", CHECK_INFO[name])
-                for name in CHECKS]
         header = ["check", "from", "asserts", "why that range", "fails when", "catches"]
-        return markdown_table(header, [[n, src, f"`{i.asserts}`", i.threshold, i.why, i.catches]
-                                       for n, src, i in rows])
+        rows = [[name, "grpo_fixed" if name in grpo_fixed.HEALTH_CHECKS else "monitor", f"`{info.asserts}`",
+                 info.threshold, info.why, info.catches] for name, info in ((n, CHECK_INFO[n]) for n in CHECKS)]
+        return markdown_table(header, rows)
     if kind == "preflight":
         return markdown_table(["probe", "asserts", "fails when", "catches"],
                               [[n, f"`{a}`", why, bug] for n, (a, why, bug) in PROBE_INFO.items()])
-        raise ValueError(f"kind must be 'iteration' or 'preflight', got {kind!r}")
-    header = ["check", "from", "asserts", "why that range", "fails when", "catches"]
-    return markdown_table(header, [[n, src, f"`{i.asserts}`", i.threshold, i.why, i.catches] for n, src, i in rows])
+    raise ValueError(f"kind must be 'iteration' or 'preflight', got {kind!r}")
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
@@ -381,22 +387,39 @@ def failure_matrix(monitor: HealthMonitor, upto: int | None = None):
     return names, matrix
 
 
-def plot_failures(ax, monitor: HealthMonitor, upto: int, *, color: str, show_names: bool = True):
-    """Map of failed checks (rows) by iteration (columns) up to `upto`; a frame marks that iteration."""
+def failure_map(ax, monitor: HealthMonitor, *, color: str, show_names: bool = True):
+    """Draw the map of failed checks (rows) by iteration (columns) once; -> update(upto), which redraws it
+    in place for iterations 0..upto (a frame marks `upto`) and returns the checks failing at `upto`.
+
+    What update() changes (the map, the row separators on top of it, the frame, the count above the axes)
+    is animated=True, so a live_plot redraw blits it over the unchanged ticks and labels."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Rectangle
 
-    names, matrix = failure_matrix(monitor, upto)
-    ax.imshow(matrix, aspect="auto", cmap=ListedColormap(["#e8f3e8", color]), vmin=0, vmax=1,
-              interpolation="nearest")
-    ax.add_patch(Rectangle((upto - 0.5, -0.5), 1, len(names), fill=False, lw=1.5))
+    names, matrix = failure_matrix(monitor)
+    n = matrix.shape[1]
+    cmap = ListedColormap(["#e8f3e8", color]).with_extremes(bad="white")  # opaque "not yet": covers old frames
+    image = ax.imshow(matrix, aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest", animated=True)
+    ax.hlines([i + 0.5 for i in range(len(names) - 1)], -0.5, n - 0.5, color="white", lw=1, animated=True)
+    frame = ax.add_patch(Rectangle((-0.5, -0.5), 1, len(names), fill=False, lw=1.5, animated=True))
+    count = ax.text(1.0, 1.01, "", transform=ax.transAxes, ha="right", va="bottom", fontsize=8, animated=True)
     ax.set_yticks(range(len(names)), names, fontsize=7)
     ax.tick_params(axis="y", labelleft=show_names)
-    ax.set_yticks([i + 0.5 for i in range(len(names) - 1)], minor=True)
-    ax.grid(which="minor", axis="y", color="white", lw=1)
-    ax.tick_params(which="minor", left=False)
+    ax.set_xticks(range(0, n, 5))
     ax.tick_params(axis="x", labelsize=7)
-    failed_now = monitor.failures[upto] if upto < len(monitor.failures) else []
-    ax.set_xlabel(f"iteration  (preflight: {len(monitor.preflight_failures)} probes fail; "
-                  f"iteration {upto}: {len(failed_now)} checks fail)", fontsize=8)
-    return failed_now
+    ax.set_xlabel(f"iteration  (preflight: {len(monitor.preflight_failures)} probes fail)", fontsize=8)
+
+    def update(upto: int) -> list[str]:
+        image.set_data(failure_matrix(monitor, upto)[1])
+        frame.set_x(upto - 0.5)
+        failed_now = monitor.failures[upto] if upto < len(monitor.failures) else []
+        count.set_text(f"iteration {upto}: {len(failed_now)} checks fail")
+        return failed_now
+
+    return update
+
+
+def plot_failures(ax, monitor: HealthMonitor, upto: int, *, color: str, show_names: bool = True):
+    """Map of failed checks (rows) by iteration (columns) up to `upto`; a frame marks that iteration.
+    -> the checks failing at `upto` (a one-off drawing of failure_map)."""
+    return failure_map(ax, monitor, color=color, show_names=show_names)(upto)

@@ -19,14 +19,16 @@
 # iteration 0, not quietly after a day of compute?"*
 #
 # After this notebook you can say, for each of a dozen logged statistics, **which invariant it checks,
-# which threshold you would use and why, and which bug it catches**; and why some bugs can only be caught
+# which threshold you would use and why, and which bug it catches**; why some bugs can only be caught
 # by probing a building block with a tiny input *before* training (a "preflight"), never by a training
-# statistic.
+# statistic; and why a range that sounds reasonable (a bounded ratio, a KL below $\log V$) can be wrong.
 #
 # Everything here goes through one small reusable object, `workbook.monitor.HealthMonitor`. It does not
-# redefine a single check: it runs `grpo_fixed.HEALTH_CHECKS` (plus three monitor-only checks for ranges
-# that `grpo_fixed.DIAGNOSTICS` documents but does not assert) and `grpo_fixed.preflight`, on any trainer
-# that calls `on_iteration(stats)`: either twin, a hybrid, or your own.
+# redefine a single check: it runs `grpo_fixed.HEALTH_CHECKS` (plus three monitor-only checks for
+# `grpo_fixed.STATS` rows that `HEALTH_CHECKS` does not assert) and `grpo_fixed.preflight`, on any trainer
+# that calls `on_iteration(stats)`: either twin, a hybrid, or your own. Every range and tolerance printed
+# below is read from `grpo_fixed` (a `STATS` row: meaning, `lo`, `hi`, why; or a probe constant such as
+# `KL_TOL`); none is written by hand.
 
 # %%
 import logging
@@ -45,21 +47,23 @@ from workbook.monitor import (
     CHECK_INFO,
     HEALTHY_STATS,
     PROBE_INFO,
+    STATS,
     HealthCheckFailed,
     HealthMonitor,
     check_table,
+    failure_map,
     markdown_table,
     plot_dashboard,
-    plot_failures,
+    render_range,
 )
-from workbook.plots import BUGGY, FIXED, buggy_vs_fixed
+from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed
 from workbook.tasks import SparseMatchTask
-from workbook.widgets import live_figure, set_value, slider
+from workbook.widgets import live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log their own health warnings: the monitor reports
 started, started_cpu = time.perf_counter(), time.process_time()
 
-RUN = dict(steps=30, prompts_per_batch=6)  # the two twins: B = 6 prompts x G = 8 samples (why 6: section 6)
+RUN = dict(steps=30, prompts_per_batch=6)  # the two twins: B = 6 prompts x G = 8 samples (why 6: notebook 03 §6)
 SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
 
 # %% [markdown]
@@ -80,66 +84,129 @@ SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
 # | $H(\pi) > 0$ until solved (a deterministic policy makes every group constant) | `entropy` |
 #
 # Some checks are not invariants but **ranges** (clip fraction, zero-variance groups, gradient norm): they
-# flag a regime in which training cannot work, whatever the code. The per-iteration checks, each
-# threshold and its reason (this table is rendered from `workbook.monitor.CHECK_INFO`, keyed by the names
-# in `grpo_fixed.HEALTH_CHECKS`):
+# flag a regime in which training cannot work, whatever the code. The per-iteration checks, each range and
+# its reason (rendered by `workbook.monitor.check_table` from `CHECK_INFO`, keyed by the check names, and
+# from the `grpo_fixed.STATS` rows each check reads):
 
 # %%
 display(Markdown(check_table("iteration")))
 
 # %% [markdown]
 # And the preflight probes: `grpo_fixed.preflight(module)` calls the module's own building blocks on
-# inputs small enough to check by hand.
+# inputs small enough to check by hand (tolerances from `grpo_fixed.SAMPLING_TOL`, `KL_TOL`, `GRAD_TOL`).
 
 # %%
 display(Markdown(check_table("preflight")))
 
 # %% [markdown]
-# Two thresholds deserve a number rather than a word. The sampler probe draws 20000 tokens, so a frequency
-# has standard deviation at most $\sqrt{p(1-p)/n}$; the KL probe averages 20000 values of $k_3$, whose
-# spread is computed here exactly (three tokens, so no sampling needed):
+# ### 1.1 How many standard deviations is a probe tolerance?
+#
+# The two statistical probes draw `PROBE_DRAWS` samples. A sampled frequency has standard deviation
+# $\sqrt{p(1-p)/n}$; the KL probe averages $n$ values of $k_3$ over tokens drawn from $\pi$, and with
+# three tokens the variance of one term is exact (no sampling needed), so the standard deviation of the
+# mean is $\sqrt{\mathrm{Var}_\pi[k_3]/n}$. A tolerance has to sit many of those above 0 (no false alarm)
+# and far below the bug's error (no miss). The probe's inputs, reproduced:
 
 # %%
+n = grpo_fixed.PROBE_DRAWS
 logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -2.0])
 p = torch.softmax(logits, -1)  # (5,)
-print("softmax       :", " ".join(f"{v:.4f}" for v in p))
-print(f"max freq std  : {(p * (1 - p) / 20000).sqrt().max():.4f}   threshold 0.02")
+freq_std = (p * (1 - p) / n).sqrt().max().item()
+print("softmax         :", " ".join(f"{v:.4f}" for v in p))
+print(f"max freq std    : {freq_std:.4f}   SAMPLING_TOL {grpo_fixed.SAMPLING_TOL:g} = "
+      f"{grpo_fixed.SAMPLING_TOL / freq_std:.1f} std")
+
 pi = torch.full((3,), -math.log(3))  # log pi, uniform (3,)
 ref = torch.log_softmax(torch.tensor([2.0, 0.0, -2.0]), -1)  # log pi_ref (3,)
 x = ref - pi  # (3,) log-ratio per token
-k3 = x.exp() - x - 1
-k3_reversed = (-x).exp() + x - 1  # B8: the log-ratio with its sign flipped
-exact_kl = (pi.exp() * (pi - ref)).sum()
-std_of_mean = (k3.pow(2).mean() - k3.mean() ** 2).sqrt() / math.sqrt(20000)
-print(f"exact KL      : {exact_kl:.4f}   E[k3] = {k3.mean():.4f}   E[k3 reversed] = {k3_reversed.mean():.4f}")
-print(f"std of mean k3: {std_of_mean:.4f}   threshold 0.01 = {0.01 / std_of_mean:.1f} std")
-for threshold in (0.01, 0.05):  # normal approximation of P(|mean - KL| > threshold) for a correct estimator
-    print(f"false alarms at {threshold}: {math.erfc(threshold / std_of_mean / math.sqrt(2)):.1e}")
+k3 = x.exp() - x - 1  # (3,) one k3 term per token
+k3_reversed = (-x).exp() + x - 1  # (3,) B8: the log-ratio with its sign flipped
+probs = pi.exp()  # (3,) the tokens are drawn from pi
+exact_kl = (probs * (pi - ref)).sum().item()
+mean_k3, mean_rev = (probs * k3).sum().item(), (probs * k3_reversed).sum().item()
+term_std = ((probs * k3**2).sum() - mean_k3**2).sqrt().item()  # std of one k3 term under pi
+mean_std = term_std / math.sqrt(n)  # std of the probe's mean over n draws
+kl_tol = grpo_fixed.KL_TOL
+print(f"exact KL        : {exact_kl:.4f}   E[k3] = {mean_k3:.4f}   E[k3 reversed] = {mean_rev:.4f}")
+print(f"std of one k3   : {term_std:.3f}   std of the mean over {n} draws: {mean_std:.4f}")
+print(f"KL_TOL {kl_tol:g} = {kl_tol / mean_std:.1f} std;   B8 is off by {mean_rev - exact_kl:.2f} = "
+      f"{(mean_rev - exact_kl) / kl_tol:.0f} x KL_TOL")
+for label, tol in (("2 std", 2 * mean_std), ("KL_TOL", kl_tol)):  # normal approx. of P(|mean - KL| > tol)
+    print(f"false alarms at {label:<6s} ({tol:.4f}): {math.erfc(tol / mean_std / math.sqrt(2)):.1e}")
+assert abs(mean_k3 - exact_kl) < 1e-6  # k3 is unbiased: its expectation is the exact KL
+assert grpo_fixed.SAMPLING_TOL / freq_std > 5 and kl_tol / mean_std > 8  # far from sampling noise ...
+assert (mean_rev - exact_kl) / kl_tol > 50  # ... and far from B8's bias
 
 # %% [markdown]
-# The sampler threshold sits at more than 5 standard deviations. The KL threshold does **not**: it is
-# about 2 standard deviations, so a correct estimator fails the probe for about 6% of seeds (the probe is
-# seeded, so each run is deterministic, and seed 0 passes). The gap to the bug is huge (the reversed
-# estimator averages about 6.03 against 1.04), so a threshold of 0.05 (about 9 standard deviations)
-# would make false alarms negligible and still catch B8 by a factor of 100.
-
-# %% [markdown]
-# ## 2. Each check on a hand-written stats dict
+# Both tolerances sit far outside the sampling noise: `SAMPLING_TOL` at about 6 standard deviations,
+# `KL_TOL` at about 9.5, so a correct sampler or estimator fails for no seed you will ever meet (a
+# tolerance of 2 standard deviations would fail a correct estimator for about 5% of seeds). The bugs
+# stay far outside the tolerance: the reversed estimator (B8) averages about 6.03 against an exact KL
+# of 1.04, an error about 100 times `KL_TOL`.
 #
-# The smallest test of a check is a stats dict you can read: `HEALTHY_STATS` has every `DIAGNOSTICS` key
-# at a value typical of a healthy run. The monitor must stay quiet on it; changing one stat at a time
-# (the `trips` of each check's `CheckInfo`) must fail exactly that check. This also proves that the
-# thresholds in the table above are the ones in the code.
+# One more check that the exact standard deviation above is what the probe really sees: 200 probes with
+# fresh draws each, through the fixed twin's own `kl_to_reference`:
 
 # %%
-print("healthy dict  ->", HealthMonitor()(HEALTHY_STATS) or "quiet")
-for name, info in CHECK_INFO.items():
-    change = ", ".join(f"{k}={v}" for k, v in info.trips.items())
-    failed = HealthMonitor()({**HEALTHY_STATS, **info.trips})
-    verdict = "ok " if failed == [name] else "BAD"
-    print(f"{verdict} {change:<24s} -> {', '.join(failed)}")
+g = torch.Generator().manual_seed(0)
+estimates = []
+for _ in range(200):
+    tokens = torch.multinomial(probs, n, replacement=True, generator=g)  # (n,) ~ pi, as in the probe
+    mask = torch.ones(1, n, dtype=torch.bool)
+    estimates.append(grpo_fixed.kl_to_reference(pi[tokens][None], ref[tokens][None], mask).item())
+estimates = torch.tensor(estimates)  # (200,)
+print(f"200 probes: mean {estimates.mean():.4f}   std {estimates.std():.4f} (exact {mean_std:.4f})   "
+      f"max |error| {(estimates - exact_kl).abs().max():.4f} vs KL_TOL {kl_tol:g}")
+assert abs(estimates.std().item() / mean_std - 1) < 0.2 and (estimates - exact_kl).abs().max() < kl_tol
 
 # %% [markdown]
+# ## 2. Each check on a stats dict you can read
+#
+# The smallest test of a check is a stats dict you can read. `HEALTHY_STATS` holds every `STATS` key at a
+# value inside its range (`monitor.inside`: the middle of a finite range, one above a lone lower bound):
+
+# %%
+rows = [[name, f"`{render_range(name)}`", f"{HEALTHY_STATS[name]:.6g}", STATS[name].meaning] for name in STATS]
+display(Markdown(markdown_table(["stat", "healthy range", "value in HEALTHY_STATS", "meaning"], rows)))
+
+
+# %% [markdown]
+# The monitor must stay quiet on it, stay quiet with a stat set **on** a bound of its range, and fail
+# exactly the checks that read the stat once it is a hair outside. That proves the ranges in the tables
+# above are the ones the code uses. "A hair" is relative (one part in a thousand) or one unit for a
+# zero bound:
+
+# %%
+def beyond(bound, direction):
+    """A value a hair past `bound` in `direction` (+1 above, -1 below): 0.1% of it, or 1 when it is 0."""
+    return bound + direction * (abs(bound) * 1e-3 if bound else 1.0)
+
+
+def outside(name):
+    """Values just outside STATS[name]'s range: above a finite hi, below a finite nonzero lo (a stat whose
+    lower bound is 0 is a count, fraction or |.|: it cannot go below), and NaN."""
+    row = STATS[name]
+    above = [beyond(row.hi, +1)] if math.isfinite(row.hi) else []
+    below = [beyond(row.lo, -1)] if math.isfinite(row.lo) and row.lo != 0 else []
+    return above + below + [math.nan]
+
+
+print("healthy dict ->", HealthMonitor()(HEALTHY_STATS) or "quiet")
+checked = list(dict.fromkeys(s for info in CHECK_INFO.values() for s in (*info.stats, *info.finite)))
+for name in checked:
+    readers = [check for check, info in CHECK_INFO.items() if name in (*info.stats, *info.finite)]
+    bounds = [b for b in (STATS[name].lo, STATS[name].hi) if math.isfinite(b)]
+    assert all(HealthMonitor()({**HEALTHY_STATS, name: b}) == [] for b in bounds), name  # on a bound: quiet
+    for value in outside(name):
+        failed = HealthMonitor()({**HEALTHY_STATS, name: value})
+        print(f"{name:<18s} {render_range(name):<17s} = {value:<10.4g} -> {', '.join(failed)}")
+        assert failed and set(failed) <= set(readers), (name, value, failed)  # only the checks that read it
+        assert math.isnan(value) or failed == [c for c in readers if name in CHECK_INFO[c].stats]
+
+# %% [markdown]
+# A NaN `grad_norm` fails only `grad norm finite`: `grad norm bounded` waives a non-finite norm (the check
+# that owns it already fired), so one NaN is not reported twice.
+#
 # ## 3. Your own trainer: any dict with these keys
 #
 # The monitor is a plain callable, so it plugs into any loop that produces a dict per iteration. Tensors
@@ -151,6 +218,7 @@ my_monitor = HealthMonitor()
 my_stats = {"reward": torch.tensor(0.4), "kl": torch.tensor(-0.3), "loss": float("nan"), "entropy": 1.1}
 print("failed:", my_monitor(my_stats))
 print(my_monitor.report())
+assert my_monitor.failures[0] == ["KL finite and >= 0", "loss finite"] and "loss finite" not in my_monitor.missing
 
 # %% [markdown]
 # Note that `loss finite` still failed without `nonfinite_steps`: the check short-circuits on the NaN
@@ -167,9 +235,10 @@ pre_buggy, pre_fixed = HealthMonitor(), HealthMonitor()
 pre_buggy.preflight(grpo_buggy)
 pre_fixed.preflight(grpo_fixed)
 rows = [[name, "FAIL" if name in pre_buggy.preflight_failures else "pass",
-         "FAIL" if name in pre_fixed.preflight_failures else "pass", info.catches]
+         "FAIL" if name in pre_fixed.preflight_failures else "pass", info[2]]
         for name, info in PROBE_INFO.items()]
 display(Markdown(markdown_table(["probe", "grpo_buggy", "grpo_fixed", "catches"], rows)))
+assert pre_fixed.preflight_failures == [] and sorted(pre_buggy.preflight_failures) == sorted(PROBE_INFO)
 
 # %% [markdown]
 # ## 5. The buggy twin under the monitor
@@ -181,6 +250,8 @@ display(Markdown(markdown_table(["probe", "grpo_buggy", "grpo_fixed", "catches"]
 mon_buggy = HealthMonitor()
 hist_buggy = mon_buggy.watch(grpo_buggy, **RUN)
 print(mon_buggy.report())
+first_buggy = mon_buggy.first_iteration_failure()
+assert first_buggy[0] == 0 and len(first_buggy[1]) == 6 and len(mon_buggy.preflight_failures) == 7
 
 # %% [markdown]
 # Six per-iteration checks fire at iteration 0 (seven probes fired before it). Several bugs hide behind
@@ -214,12 +285,19 @@ display(Markdown(markdown_table(["bug", "what", "preflight probe", "per-iteratio
 caught = sum(row[-1] != "never" for row in table)
 by_preflight = [row[0] for row in table if row[-1] == "preflight"]
 by_iteration = [row[0] for row in table if row[-1].startswith("iteration")]
+no_stat = [b for b, mon in hybrid_monitors.items() if mon.first_iteration_failure() is None]
 print(f"caught: {caught}/{len(table)}")
 print(f"first flagged by preflight    : {' '.join(by_preflight)}")
 print(f"first flagged at iteration 0+ : {' '.join(by_iteration)}")
+print(f"no training statistic fires   : {' '.join(no_stat)}")
 b1, b2 = hybrid_monitors["B1"].history[0], hybrid_monitors["B2"].history[0]
 print(f"B2 at iteration 0: zero_var_groups = {b2['zero_var_groups']:.3f}, adv_nonfinite = {b2['adv_nonfinite']}")
 print(f"B1 at iteration 0: clip_frac_pos = {b1['clip_frac_pos']:.3f}, clip_frac_neg = {b1['clip_frac_neg']:.3f}")
+assert caught == len(table) and by_iteration == ["B3", "B6", "B9", "B10"]
+assert all(row[-1] in ("preflight", "iteration 0") for row in table)  # every bug flagged by iteration 0
+assert no_stat == ["B4", "B5", "B7", "B8", "B11"] and abs(b2["zero_var_groups"] - 1 / 6) < 1e-6
+assert hybrid_monitors["B1"].first_iteration_failure() == (0, ["clip fraction moderate"])
+assert hybrid_monitors["B1"].history[0]["logprob_gap"] == 0  # B1 is invisible to logprob_gap
 
 # %% [markdown]
 # Every bug is flagged before or at iteration 0, and the two halves split cleanly:
@@ -230,33 +308,43 @@ print(f"B1 at iteration 0: clip_frac_pos = {b1['clip_frac_pos']:.3f}, clip_frac_
 #   within 6 iterations. B2 does, but only because one of the six groups happened to be constant at
 #   iteration 0 (`zero_var_groups` = 1/6). B1 trips `clip fraction moderate`: a symptom, not a diagnosis.
 #   B1 is the instructive one: `generate` records $\log\mathrm{softmax}(z)$ of the token it drew, not
-#   the probability the buggy sampler actually used, so `logprob_gap` cannot see it. A statistic only
-#   catches what it measures.
+#   the probability the buggy sampler actually used, so `logprob_gap` cannot see it (it is exactly 0
+#   under B1). A statistic only catches what it measures.
 # * **Bugs in how the pieces are wired** (old log-probs recomputed, a shifted or untempered training
 #   log-prob, groups reshaped along the wrong axis) pass every probe: each piece is correct on its own.
 #   Only statistics of a real batch see them, and they do at iteration 0.
 #
-# ### 6a. Why B = 6 prompts, not 8: B9 hides when B divides G
+# ### 6.1 Why B = 6 prompts, not 8: B9 hides when B divides G
 #
-# B9 reshapes the $B \cdot G$ rewards as `view(G, B)` instead of `view(B, G)`. With $B = G$ the two views
-# are identical; with $B$ dividing $G$ each wrong "group" is a slice of one true group, so each true group
-# is still centred. Only when $B$ does not divide $G$ do wrong groups straddle two prompts. A tiny input
-# with $G = 4$ makes this visible: per-true-group mean of the advantages, buggy vs fixed.
+# B9 reshapes the $B \cdot G$ rewards as `view(G, B)` instead of `view(B, G)` (the bug itself, on a tiny
+# input, is notebook 01 §10). With $B = G$ the two views are identical. With $B$ dividing $G$ each wrong
+# row of $B$ rewards lies inside one true group, so the advantages are computed on slices of a group and
+# each true group is still centred: the bug changes the advantages but not `adv_group_mean`. Only when $B$
+# does not divide $G$ do wrong rows straddle two prompts. A tiny input with $G = 4$: per-true-group mean of
+# the advantages, B9 vs fixed.
 
 # %%
 G = 4
+b9 = hybrid("B9")  # only B9 on: the rest of the advantage code is the fixed one
+b9_group_means = {}
 for B in (4, 2, 3):
     rewards = torch.arange(B * G, dtype=torch.float32) % 5 / 4  # (B*G,) a fixed, non-constant pattern
-    buggy = grpo_buggy.batch_advantages(rewards, G).view(B, G)  # (B, G) regrouped the true way
+    buggy = b9.batch_advantages(rewards, G).view(B, G)  # (B, G) regrouped the true way
     fixed = grpo_fixed.batch_advantages(rewards, G).view(B, G)  # (B, G)
-    print(f"B={B} G={G}  per-group mean of A  buggy: "
-          + " ".join(f"{m:+.3f}" for m in buggy.mean(1)) + "   fixed: " + " ".join(f"{m:+.3f}" for m in fixed.mean(1)))
+    b9_group_means[B] = buggy.mean(1).abs().max().item()
+    print(f"B={B} G={G}  per-group mean of A  B9: " + " ".join(f"{m:+.3f}" for m in buggy.mean(1))
+          + "   fixed: " + " ".join(f"{m:+.3f}" for m in fixed.mean(1))
+          + f"   B9 == fixed: {torch.equal(buggy, fixed)}")
+    assert fixed.mean(1).abs().max() <= STATS["adv_group_mean"].hi
+    assert (b9_group_means[B] <= STATS["adv_group_mean"].hi) == (G % B == 0)  # hidden exactly when B divides G
+    assert torch.equal(buggy, fixed) == (B == G)  # a no-op only when B = G
 
 # %% [markdown]
 # So a test run with `prompts_per_batch=8` (and the default `group_size=8`) would report B9 as healthy,
-# because it *is* a no-op there. This notebook uses $B = 6$, $G = 8$.
+# because it *is* a no-op there; with 2 or 4 prompts it is not a no-op (each group is normalised in halves
+# or quarters) but `advantages centred per group` still passes. This notebook uses $B = 6$, $G = 8$.
 #
-# ### 6b. How early B2 shows in training depends on the task
+# ### 6.2 How early B2 shows in training depends on the task
 #
 # B2 (no $\epsilon$) produces a NaN only in a group whose rewards are all equal, so `advantages finite`
 # fires exactly as often as constant groups occur. On `SparseMatchTask` (a binary reward that a random
@@ -270,12 +358,15 @@ sparse_fixed = HealthMonitor()
 sparse_fixed.watch(grpo_fixed, SparseMatchTask(), steps=3, prompts_per_batch=6, preflight=False)
 print("fixed on SparseMatchTask:", sparse_fixed.first_iteration_failure())
 print("zero_var_groups per iteration:", " ".join(f"{s['zero_var_groups']:.2f}" for s in sparse_fixed.history))
+print(f"groups carry signal: zero_var_groups {render_range('zero_var_groups')}")
+assert sparse_b2.first_iteration_failure()[0] == 0 and "advantages finite" in sparse_b2.first_iteration_failure()[1]
+assert sparse_fixed.first_iteration_failure() == (0, ["groups carry signal"])
 
 # %% [markdown]
 # The fixed twin trips `groups carry signal` on the same task: not a bug, but a run that is starved of
 # signal (every member of a constant group gets $A = 0$). That is the kind of warning a range check is for.
 #
-# ### 6c. Checks that guard against things outside the catalog
+# ### 6.3 Checks that guard against things outside the catalog
 #
 # `ratio == 1 at the first inner step` catches none of B1..B11 alone (B3 makes the ratio *trivially* 1).
 # It exists for the classic interview trace "print the ratio, it is not 1 at step 1, why?": for example
@@ -285,13 +376,15 @@ print("zero_var_groups per iteration:", " ".join(f"{s['zero_var_groups']:.2f}" f
 # %%
 dropout_mon = HealthMonitor()
 dropout_mon.watch(grpo_fixed, steps=2, prompts_per_batch=6, dropout=0.1, preflight=False)
-print("fixed, dropout=0.1:", dropout_mon.first_iteration_failure(),
+print(f"fixed, dropout=0.1: {dropout_mon.first_iteration_failure()} "
       f"ratio_first_maxdev={dropout_mon.history[0]['ratio_first_maxdev']:.3f}")
 lr_mon = HealthMonitor()
 lr_mon.watch(grpo_fixed, steps=2, prompts_per_batch=6, lr=0.05, preflight=False)
 lr_first = lr_mon.history[0]
-print("fixed, lr=0.05:    ", lr_mon.first_iteration_failure(),
+print(f"fixed, lr=0.05:     {lr_mon.first_iteration_failure()} "
       f"clip fractions +{lr_first['clip_frac_pos']:.3f} -{lr_first['clip_frac_neg']:.3f}")
+assert dropout_mon.first_iteration_failure() == (0, ["ratio == 1 at the first inner step"])
+assert lr_mon.first_iteration_failure() == (0, ["clip fraction moderate"])
 
 # %% [markdown]
 # ## 7. The fixed twin stays quiet
@@ -304,10 +397,147 @@ mon_fixed = HealthMonitor()
 hist_fixed = mon_fixed.watch(grpo_fixed, **RUN)
 print(mon_fixed.report())
 print("grpo_fixed's own check_health failures:", sum(len(s["health"]) for s in hist_fixed))
-print(f"final reward (mean of last 5): buggy {sum(s['reward'] for s in hist_buggy[-5:]) / 5:.3f}   "
-      f"fixed {sum(s['reward'] for s in hist_fixed[-5:]) / 5:.3f}")
+final_buggy, final_fixed = (sum(s["reward"] for s in h[-5:]) / 5 for h in (hist_buggy, hist_fixed))
+print(f"final reward (mean of last 5): buggy {final_buggy:.3f}   fixed {final_fixed:.3f}")
+assert mon_fixed.quiet and not any(s["health"] for s in hist_fixed) and final_fixed > 4 * final_buggy
 
 # %% [markdown]
+# ### 7.1 Two ranges that sounded right and were wrong
+#
+# An earlier version of the statistics table gave `ratio_last_maxdev` an upper bound of 1 and `kl` an
+# upper bound of $\log V$. The fixed twin's own default run (80 iterations of 16 prompts) broke both, so
+# both bounds were removed from `STATS`. The current ranges, and that run under the monitor:
+
+# %%
+V = grpo_fixed.EchoTask.vocab_size
+mon_default = HealthMonitor()
+hist_default = mon_default.watch(grpo_fixed)  # every Config default
+maxdev = [s["ratio_last_maxdev"] for s in hist_default]
+kl_run = [s["kl"] for s in hist_default]
+worst = max(range(len(maxdev)), key=maxdev.__getitem__)  # the iteration with the largest max |ratio - 1|
+off_mean = [s["iteration"] for s in hist_default if not grpo_fixed.in_range(s, "ratio_last_mean")]
+clip_max = max(max(s["clip_frac_pos"], s["clip_frac_neg"]) for s in hist_default)
+above_log_v = sum(k > math.log(V) for k in kl_run)
+print(f"ranges now: ratio_last_maxdev {render_range('ratio_last_maxdev')}, kl {render_range('kl')}")
+print(f"default run: {len(hist_default)} iterations, {sum(map(len, mon_default.failures))} check failures, "
+      f"{len(mon_default.preflight_failures)} probe failures, final reward {hist_default[-1]['reward']:.3f}")
+print(f"ratio_last_maxdev: max {maxdev[worst]:.1f} (iteration {worst}), above 1 in {sum(d > 1 for d in maxdev)} "
+      f"iterations;  clip fractions at most {clip_max:.3f} ({render_range('clip_frac_pos')})")
+print(f"ratio_last_mean (logged, not checked, {render_range('ratio_last_mean')}): outside in iterations {off_mean}, "
+      f"{hist_default[worst]['ratio_last_mean']:.3f} at iteration {worst}")
+print(f"kl: max {max(kl_run):.2f}, above log V = {math.log(V):.3f} in {above_log_v} iterations")
+assert mon_default.quiet and not any(mon_default.failures)  # zero failures over the whole default run
+assert sum(d > 1 for d in maxdev) >= 5 and above_log_v >= 5  # the old bounds would fire
+assert off_mean == [worst] and maxdev[worst] > 10  # one token far out drags a whole minibatch's mean ratio
+
+# %% [markdown]
+# Zero failures over the run, while the old bounds would have fired in many iterations. Why each was wrong:
+#
+# * **Clipping does not bound the ratio.** The clipped surrogate only removes the gradient that would push
+#   a token further past $1 \pm c$ the way its advantage favours (`Config.clip`); nothing pulls it back,
+#   and the token's probability keeps moving with every other token's update, because the tokens share
+#   the parameters (through the softmax alone, in the tiny case below) and Adam's momentum keeps stepping
+#   after a gradient has gone to 0. `ratio_last_maxdev` is a **max** over all tokens of a minibatch, so
+#   one such token sets it. The trust region shows in the clip fractions (how many tokens went past
+#   $1 \pm c$ on the favoured side), not in the max. Even the mean ratio is not safe: in the iteration
+#   with the largest max (printed), that one token pulls the minibatch's `ratio_last_mean` out of its
+#   `STATS` range, one reason not to check `ratio_last_mean` either (no check reads it).
+# * **$\mathrm{KL}(\pi \,\|\, \pi_{\text{ref}}) \le \log V$ holds only for a uniform reference**:
+#   $\mathrm{KL}(\pi \,\|\, u) = \log V - H(\pi)$. In general
+#   $\mathrm{KL}(\pi \,\|\, \pi_{\text{ref}}) \le -\log \min_v \pi_{\text{ref}}(v)$, which exceeds $\log V$
+#   as soon as the reference gives some token less than $1/V$ (and is unbounded as that goes to 0). And the
+#   logged `kl` is a $k_3$ mean over one minibatch: each term $e^x - x - 1$ is unbounded above, large for a
+#   token that $\pi$ rarely samples but $\pi_{\text{ref}}$ likes.
+#
+# Both on tiny inputs. Left: two tokens of one context, logits trained by Adam on the twin's clipped loss
+# (token 0: $p = 0.9$, $A = -1$; token 2: $p = 0.01$, $A = +1$). Right: the run's own reference policy
+# (`setup_run`, seed 0) at one position, and a policy that puts mass $m$ on the reference's least likely
+# token; also the exact per-token KL to that reference of the policy that solves the echo task.
+
+# %%
+clip = grpo_fixed.Config.clip
+p_old = torch.tensor([0.90, 0.09, 0.01])  # (3,) one context, three tokens
+sampled = torch.tensor([[0], [2]])  # (2, 1) two sequences of one token: token 0 and token 2
+old_logp = p_old.log()[sampled]  # (2, 1)
+adv = torch.tensor([-1.0, 1.0])  # (2,) A of each sequence
+one_token = torch.ones(2, 1, dtype=torch.bool)  # (2, 1)
+z = p_old.log().clone().requires_grad_(True)  # (3,) the logits are the parameters
+adam = torch.optim.Adam([z], lr=0.05)
+ratios, own_grad_zero = [torch.ones(2)], []  # ratio of each token after 0, 1, 2, ... steps; own gradient 0?
+for _ in range(40):
+    logp = torch.log_softmax(z, -1)[sampled]  # (2, 1)
+    loss = grpo_fixed.grpo_loss(logp, old_logp, adv, one_token, clip=clip)
+    adam.zero_grad()
+    loss.backward()
+    adam.step()
+    ratio = ratios[-1]  # (2,) the ratio this step's gradient saw
+    own_grad_zero.append(((adv > 0) & (ratio > 1 + clip)) | ((adv < 0) & (ratio < 1 - clip)))  # (2,)
+    ratios.append((torch.log_softmax(z, -1)[sampled] - old_logp).exp().flatten().detach())  # (2,) after it
+ratios = torch.stack(ratios)  # (steps + 1, 2)
+clipped_at = [next(i for i, zero in enumerate(own_grad_zero) if zero[t]) for t in range(2)]  # first such step
+print(f"clip c = {clip}: token 2 (A > 0) gets no gradient of its own from step {clipped_at[1] + 1} on "
+      f"(ratio {ratios[clipped_at[1], 1]:.2f}), token 0 (A < 0) from step {clipped_at[0] + 1} on")
+print(f"after {len(ratios) - 1} steps: ratio token 2 = {ratios[-1, 1]:.2f}, token 0 = {ratios[-1, 0]:.2f};   "
+      f"max |ratio - 1| = {(ratios[-1] - 1).abs().max():.2f}")
+assert (ratios[-1] - 1).abs().max() > 1  # past the old bound, after a correct update
+assert ratios[clipped_at[1], 1] < 1.5 < ratios[-1, 1]  # token 2 kept rising after its own gradient was 0
+
+task = grpo_fixed.EchoTask()
+_, ref_policy, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)  # the run's reference
+prompts = torch.tensor([[a, b] for a in range(1, V) for b in range(1, V)])  # (25, P) every echo prompt
+targets = torch.cat([prompts, torch.full((len(prompts), 1), task.eos_id)], 1)  # (25, P+1) what solves it
+with torch.no_grad():
+    temperature = grpo_fixed.Config.temperature
+    ref_logp = grpo_fixed.policy_logprobs(ref_policy, prompts, targets, temperature)  # (25, P+1)
+    ref_p = torch.softmax(grpo_fixed.completion_logits(ref_policy, prompts[:1], targets[:1])[0, 0] / temperature, -1)
+masses = torch.linspace(1 / V, 0.99, 50)  # (M,) mass on the reference's least likely token
+least = ref_p.argmin()
+others = (1 - masses[:, None]) / (V - 1) * torch.ones(V)  # (M, V)
+pi_m = torch.where(torch.arange(V) == least, masses[:, None], others)  # (M, V)
+kl_to_ref = (pi_m * (pi_m.log() - ref_p.log())).sum(-1)  # (M,) exact KL(pi_m || ref)
+kl_to_uniform = (pi_m * (pi_m.log() + math.log(V))).sum(-1)  # (M,) = log V - H(pi_m)
+solved_kl = -ref_logp.mean().item()  # exact per-token KL of the deterministic echo policy to the reference
+print("reference at one position: " + " ".join(f"{v:.3f}" for v in ref_p) + f"   -log min = {-ref_p.min().log():.3f}")
+print(f"log V = {math.log(V):.3f}; KL to ref at m = {masses[-1]:.2f}: {kl_to_ref[-1]:.3f}; "
+      f"max KL to uniform: {kl_to_uniform.max():.3f}; solved echo policy: {solved_kl:.4f}")
+assert kl_to_uniform.max() <= math.log(V) < kl_to_ref[-1] and solved_kl > math.log(V)
+
+# %%
+fig, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(10.0, 3.2), layout="constrained")
+steps = range(len(ratios))
+ax_r.axhspan(1 - clip, 1 + clip, color="#2ca02c", alpha=0.12, lw=0, label=f"1 +- c (c = {clip})")
+ax_r.axhline(2, color=BUGGY, ls="--", lw=1, label="old bound: |ratio - 1| < 1")
+ax_r.plot(steps, ratios[:, 1], color=FIXED, label="token 2 (p = 0.01, A > 0)")
+ax_r.plot(steps, ratios[:, 0], color=REFERENCE, label="token 0 (p = 0.9, A < 0)")
+for t, color in ((1, FIXED), (0, REFERENCE)):
+    ax_r.axvline(clipped_at[t], color=color, lw=0.8, ls=":")
+ax_r.set(xlabel="Adam steps (dotted: the token's own gradient is 0 after this)", ylabel="ratio",
+         title="clipping does not bound the ratio")
+ax_r.legend(fontsize=7)
+ax_k.plot(masses, kl_to_ref, color=FIXED, label="KL(pi || run's reference)")
+ax_k.plot(masses, kl_to_uniform, color=REFERENCE, label="KL(pi || uniform) = log V - H(pi)")
+ax_k.axhline(math.log(V), color=BUGGY, ls="--", lw=1, label="old bound: log V")
+ax_k.axhline(-ref_p.min().log(), color=FIXED, ls=":", lw=1, label="-log min ref(v): the bound in general")
+ax_k.set(xlabel="mass m on the reference's least likely token", ylabel="exact KL (nats)",
+         title="KL to a non-uniform reference exceeds log V")
+ax_k.legend(fontsize=7)
+plt.show()
+
+# %% [markdown]
+# On the left, token 2's ratio passes $1 + c$ within a few steps and its own gradient is 0 from then on,
+# yet it keeps climbing to about 2.2: token 0's gradient (A < 0) lowers token 0's logit, which raises every
+# other token's probability, and Adam's momentum carries both tokens on after their own gradients are 0.
+# Nothing is wrong, and the old bound would fire. On the right, the KL to the uniform distribution never
+# passes $\log V$, but the KL to the run's actual (random-init) reference does; even the policy that
+# solves the task has an exact per-token KL to it slightly above $\log V$ (printed above).
+#
+# > **Catalog note (a wrong range, not a wrong trainer).** *Symptom*: a range check fires on a run whose
+# > reward climbs and whose invariants all hold. *Statistic*: the range itself. Check it against the
+# > fixed trainer's default run (zero failures expected) and against a tiny input where you can compute the
+# > answer. *Fix*: bound what the mechanism controls: `ratio_last_mean` and the clip fractions for the trust
+# > region, `ratio_last_maxdev` only from below (did the policy move at all?); `kl` only by its sign (each
+# > $k_3$ term is $\ge 0$), and watch its trend rather than a ceiling.
+#
 # ## 8. `strict=True`: stop at the first failure
 #
 # In a real run you want the crash, not the log line. A strict monitor raises `HealthCheckFailed` (an
@@ -320,18 +550,20 @@ try:
 except HealthCheckFailed as err:
     print(f"stopped at iteration {err.iteration}: {len(err.failures)} probes failed")
     print(str(err)[:100] + "...")
+    assert err.iteration == -1 and len(strict.history) == 0
 strict = HealthMonitor(strict=True)
 try:
     strict.watch(grpo_buggy, **RUN, preflight=False)
 except HealthCheckFailed as err:
     print(f"without preflight: stopped at iteration {err.iteration} after {len(strict.history)} iteration(s)")
+    assert err.iteration == 0 and len(strict.history) == 1
 
 # %% [markdown]
 # ## 9. Dashboard: the logged statistics of both twins
 #
-# One panel per statistic, buggy in red, fixed in blue; the green band is the range the corresponding
-# check accepts. Non-finite values cannot be drawn as a line: they are the `x` marks on the top edge of a
-# panel. Panels with tiny healthy values use a symlog axis (linear below $10^{-8}$).
+# One panel per statistic, buggy in red, fixed in blue; the green band is the `STATS` range the
+# corresponding check accepts. Non-finite values cannot be drawn as a line: they are the `x` marks on the
+# top edge of a panel. Panels with tiny healthy values use a symlog axis (linear below $10^{-8}$).
 
 # %%
 fig, nonfinite = plot_dashboard({"grpo_buggy": hist_buggy, "grpo_fixed": hist_fixed},
@@ -340,55 +572,72 @@ plt.show()
 for key in ("loss", "grad_norm", "kl"):
     print(f"non-finite {key:<9s}: buggy {nonfinite[key]['grpo_buggy']:2d}/{len(hist_buggy)}   "
           f"fixed {nonfinite[key]['grpo_fixed']:2d}/{len(hist_fixed)}")
-print(f"logprob_gap over the run: buggy min {min(s['logprob_gap'] for s in hist_buggy):.2e}   "
-      f"fixed max {max(s['logprob_gap'] for s in hist_fixed):.2e}")
+gap_buggy, gap_fixed = min(s["logprob_gap"] for s in hist_buggy), max(s["logprob_gap"] for s in hist_fixed)
+gap_hi = STATS["logprob_gap"].hi
+print(f"logprob_gap over the run: buggy min {gap_buggy:.2e}   fixed max {gap_fixed:.2e}   "
+      f"range {render_range('logprob_gap')}")
 for key in ("reward", "kl", "ratio_last_maxdev"):
     print(f"last iteration {key:<17s}: buggy {hist_buggy[-1][key]:.2e}   fixed {hist_fixed[-1][key]:.2e}")
-print(f"max clip fraction, whole run: buggy {max(max(s['clip_frac_pos'], s['clip_frac_neg']) for s in hist_buggy):.3f}")
+clip_max = max(max(s["clip_frac_pos"], s["clip_frac_neg"]) for s in hist_buggy)
+print(f"max clip fraction, whole run: buggy {clip_max:.3f}   range {render_range('clip_frac_pos')}")
+assert gap_fixed == 0 and gap_buggy > 1000 * gap_hi  # the threshold sits > 3 orders of magnitude below the bug
+assert all(s["ratio_last_maxdev"] == 0 for s in hist_buggy) and clip_max == 0  # B3: the ratio never moves
+assert hist_buggy[-1]["kl"] > 5 and hist_buggy[-1]["reward"] < 0.2  # buggy KL runs away, reward does not move
+assert 0.5 < hist_fixed[-1]["kl"] < 1.5 and hist_fixed[-1]["reward"] > 0.5
 
 # %% [markdown]
 # What to read off it:
 #
 # * `logprob_gap` of the fixed twin is exactly 0 over the whole run (printed `0.00e+00`: the sampler and
 #   the training pass agree to the last bit here; two different code paths may differ by float32 rounding,
-#   of order $10^{-7}$); the buggy twin's never drops below 0.17. The $10^{-4}$ threshold sits more than
-#   three orders of magnitude below the buggy twin's gap and far above rounding.
+#   of order $10^{-7}$); the buggy twin's never drops below 0.17. The threshold (printed with it) sits more
+#   than three orders of magnitude below the buggy twin's gap and far above rounding.
 # * `ratio_last_maxdev` is exactly 0 for the buggy twin (B3): the ratio never moves, the clip never
 #   engages, and `clip_frac_pos`/`clip_frac_neg` are flat at 0, which looks "healthy" to a check that
-#   only asks for *less than* 0.3. A zero clip fraction over a whole run is itself suspicious.
-# * The buggy twin's `kl` climbs to about 6 while its reward stays near 0.1; the fixed twin ends near
-#   1 with reward near 0.6. A KL that runs away while the reward does not move is a warning on its own
+#   only asks for an upper bound. A zero clip fraction over a whole run is itself suspicious.
+# * The buggy twin's `kl` climbs to about 6 while its reward stays near 0.15; the fixed twin ends near
+#   1 with reward near 0.56. A KL that runs away while the reward does not move is a warning on its own
 #   (here B8 and B10 both distort it).
 #
 # ## 10. Which checks fire, iteration by iteration
 #
 # Drag the slider: the left map is the buggy twin, the right the fixed twin; rows are checks, columns
 # iterations up to the slider, a coloured cell is a failure. The failures were recorded during the runs
-# above, so a redraw only draws.
+# above, so a redraw only updates two images and a frame (one persistent figure, `live_plot`).
 
 # %%
 LAST = len(hist_buggy) - 1
+fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(11.0, 3.8), sharey=False)
+draw_buggy = failure_map(ax_b, mon_buggy, color=BUGGY)
+draw_fixed = failure_map(ax_f, mon_fixed, color=FIXED, show_names=False)
 
 
-def draw_failures(iteration=LAST):
-    fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(11.0, 3.8), sharey=False)
-    failed_buggy = plot_failures(ax_b, mon_buggy, iteration, color=BUGGY)
-    failed_fixed = plot_failures(ax_f, mon_fixed, iteration, color=FIXED, show_names=False)
-    plt.show()
-    return failed_buggy, failed_fixed
+def update_failures(iteration):
+    """Redraw both maps up to `iteration`; -> the checks failing there, per twin."""
+    return {"iteration": iteration, "buggy": draw_buggy(iteration), "fixed": draw_fixed(iteration)}
 
+
+w = live_plot(fig, update_failures, iteration=slider(LAST, 0, LAST, 1, "iteration", integer=True))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-w = live_figure(draw_failures, height="420px", iteration=slider(LAST, 0, LAST, 1, "iteration", integer=True))
 display(w)
 
 # %%
 no_nan = next(i for i, failed in enumerate(mon_buggy.failures) if "advantages finite" not in failed)
-for it in (0, no_nan):
-    failed_buggy, failed_fixed = set_value(w, "iteration", it)  # redraws without displaying (nbval)
-    print(f"iteration {it}: buggy {len(failed_buggy)} [{'; '.join(failed_buggy)}]")
-    print(f"             fixed {len(failed_fixed)} [{'; '.join(failed_fixed)}]")
+seconds = []
+for it in (no_nan, 0):  # ends at iteration 0: the displayed figure shows it too
+    start = time.perf_counter()
+    r = set_value(w, "iteration", it)
+    seconds.append(time.perf_counter() - start)
+    print(f"iteration {r['iteration']}: buggy {len(r['buggy'])} [{'; '.join(r['buggy'])}]")
+    print(f"             fixed {len(r['fixed'])} [{'; '.join(r['fixed'])}]")
+    assert r["buggy"] == mon_buggy.failures[it] and r["fixed"] == [] and f"iteration={it}<" in w.status.value + "<"
+assert len(r["buggy"]) == 6 and w.values() == {"iteration": 0}
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider moves, kernel side)")
 
 # %% [markdown]
 # > **You should know**
@@ -397,44 +646,56 @@ for it in (0, no_nan):
 # >   magnitude of room: $\rho = 1$ at the first inner step, $\rho \ne 1$ at the last, $\sum_i A_i = 0$ per
 # >   group, training log-prob = sampler log-prob before any update, $k_3 \ge 0$, everything finite.
 # > * Log ranges for regimes that cannot learn: fraction of zero-variance groups, clip fraction, entropy,
-# >   pre-clip gradient norm.
+# >   pre-clip gradient norm. Check every range against the correct trainer's default run: a bound the
+# >   mechanism does not enforce (max ratio, KL below $\log V$) is a false alarm waiting to happen.
+# > * Put a statistical probe's tolerance many standard deviations from the noise and far from the bug;
+# >   compute both numbers, as in notebook 03 §1.
 # > * Probe building blocks with tiny inputs before training (sampler vs softmax, constant group, gradient
 # >   at $\rho = 1$, all-masked loss, large logits, KL estimator bias, clipping): bugs with a closed-form
 # >   answer are caught there and often by nothing else.
 # > * Wiring bugs (B3, B6, B9, B10) pass every probe and fail a statistic at iteration 0.
-# > * Choose test shapes that cannot hide a bug: with $B = G$ a transposed reshape is a no-op.
+# > * Choose test shapes that cannot hide a bug: with $B = G$ a transposed reshape is a no-op, and with $B$
+# >   dividing $G$ it is invisible to the centring check.
 # > * Make it strict in CI and in the first minutes of a run: crash at the first failure.
 
 # %% [markdown]
-# ## Self-check questions
+# ## 11. Self-check
 #
 # 1. The buggy twin's clip fractions are 0 for the whole run. Which check would you add to catch that,
 #    and which bug does it point to?
 # 2. Why can `logprob_gap` not catch B1, although B1 changes which tokens are drawn?
 # 3. With the reversed KL estimator (B8), why does `KL finite and >= 0` still pass?
-# 4. A colleague's smoke test uses 8 prompts and 8 samples per prompt, and every check passes. Which bug
-#    from the catalog could still be there?
+# 4. A colleague's smoke test uses 8 prompts and 8 samples per prompt (or 4 and 8), and every check
+#    passes. Which bug from the catalog could still be there?
 # 5. Your run sets dropout to 0.1 and `ratio == 1 at the first inner step` fires. Is the trainer wrong?
 #    What are two fixes?
+# 6. A colleague proposes "`ratio_last_maxdev` must stay below 1, clipping guarantees it". What do you
+#    answer?
 #
 # <details><summary>Answer</summary>
 #
-# 1. "The ratio moves and the clip sometimes engages": `ratio_last_maxdev > 0` (already a check) and,
-#    over a window of iterations, clip fraction > 0 at least once. Both point to B3: old log-probs
+# 1. "The ratio moves and the clip sometimes engages": `ratio moves after updates` (already a check) and,
+#    over a window of iterations, a clip fraction above 0 at least once. Both point to B3: old log-probs
 #    recomputed from the current policy inside the inner loop make $\rho \equiv 1$.
 # 2. `generate` records the log-prob of the drawn token under $\log\mathrm{softmax}(z)$, which is also
 #    what training recomputes; the gap compares two correct numbers. The buggy sampler's actual
 #    probabilities (min-shifted logits) are never logged. Only a probe that counts sampled frequencies
 #    (the preflight) compares against the true distribution.
 # 3. $e^{x} - x - 1 \ge 0$ for every real $x$, including $-x$: reversing the log-ratio still gives a
-#    non-negative number. It is the wrong *expectation* (about 6.0 instead of 1.04 in the probe above),
-#    which only an unbiasedness test sees.
+#    non-negative number. It is the wrong *expectation* (about 6.03 instead of 1.04 in the probe of
+#    notebook 03 §1), which only an unbiasedness test sees.
 # 4. B9 (groups reshaped along the wrong axis): with $B = G$ `view(G, B)` and `view(B, G)` are the same
-#    tensor. Use a batch where $B$ does not divide $G$ (here 6 and 8).
+#    tensor, and with $B$ dividing $G$ every wrong row lies inside one group, so each group stays centred.
+#    Use a batch where $B$ does not divide $G$ (here 6 and 8).
 # 5. The trainer is inconsistent, not necessarily wrong: the old log-probs are computed in eval mode
 #    (no dropout) and the training ones in train mode. Either turn dropout off for RL fine-tuning (usual
 #    for LLMs), or compute the old log-probs with the same mode and dropout mask, so that $\rho = 1$
 #    holds at the first step.
+# 6. Clipping only removes the gradient that would push a token further past $1 \pm c$ the way its
+#    advantage favours; the token still moves with the shared parameters and Adam's momentum, and the max
+#    over a minibatch is set by one token. The fixed twin's default run exceeds 1 in many iterations with
+#    every check passing (notebook 03 §7). Watch the clip fractions instead; even the mean ratio is
+#    dragged out of its range by one far token there.
 #
 # </details>
 

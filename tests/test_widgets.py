@@ -174,8 +174,9 @@ def bars_and_line(animated: bool):
 
 
 def changed_pixels(a: np.ndarray, b: np.ndarray) -> float:
-    """Fraction of pixels that differ between two images."""
-    return float(np.mean(np.abs(a - b).sum(-1) > 0))
+    """Fraction of pixels that differ between two images by more than rounding (the overlay composite
+    is within 3 of a direct draw, summed over R, G, B)."""
+    return float(np.mean(np.abs(a - b).sum(-1) > 24))
 
 
 @pytest.fixture
@@ -213,13 +214,13 @@ def test_what_update_changes_is_blitted_automatically_from_the_second_move(full_
     for a, b in zip(sweep(auto, values), sweep(reference, values), strict=True):
         assert changed_pixels(a, b) < 0.005
     assert auto.renderer.full_draws == 2  # the first render, and the first move (which finds what moves)
-    animated = [type(a).__name__ for a in auto.renderer.animated]  # the line, the bars, and (zorder 3 > the line's
-    assert sorted(animated) == ["Line2D"] + ["Rectangle"] * 4 + ["Text"]  # 2) the title; not ticks or spines
+    animated = [type(a).__name__ for a in auto.renderer.animated]  # what moves; not the title, ticks or spines
+    assert sorted(animated) == ["Line2D"] + ["Rectangle"] * 4
 
 
 def test_automatic_blitting_keeps_a_static_label_above_moving_bars(full_draws_only):
-    """A text drawn over the bars (higher zorder) stays above them: siblings at or above the lowest changed
-    zorder are redrawn too, in order."""
+    """A text drawn over the bars (higher zorder) stays above them: it is composited from a cached overlay
+    layer on top of the bars each frame, not drawn again."""
     def labelled_bars():
         fig, ax = plt.subplots(figsize=(4, 2.5))
         bars = ax.bar(range(3), [1.0, 1.0, 1.0], color="black")
@@ -238,7 +239,7 @@ def test_automatic_blitting_keeps_a_static_label_above_moving_bars(full_draws_on
     auto = live_plot(*labelled_bars(), phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
     for a, b in zip(sweep(auto, (0.25, 0.4, 0.6)), sweep(reference, (0.25, 0.4, 0.6)), strict=True):
         assert changed_pixels(a, b) < 0.002
-    assert auto.renderer.full_draws == 2
+    assert auto.renderer.full_draws == 2 and [type(a).__name__ for a in auto.renderer.animated] == ["Rectangle"] * 3
 
 
 def test_a_change_outside_the_animated_artists_forces_a_full_draw():

@@ -45,6 +45,7 @@ import traceback
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -52,6 +53,7 @@ from matplotlib.figure import FigureBase
 from matplotlib.image import AxesImage
 from matplotlib.spines import Spine
 from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 from PIL import Image
 
 from workbook.plots import figures_not_shown
@@ -104,37 +106,34 @@ def encode_png(canvas: FigureCanvasAgg) -> bytes:
 
 
 def _animatable(artist, owner_patch) -> bool:
-    """Can this direct child of an axes (or of the figure) be redrawn alone over a background? Not the
-    axis machinery (ticks are rebuilt inside Axis.draw), not images (Axes.draw keeps animated images in the
-    background anyway), not the owner's background patch, nor what draws nothing (hidden, empty text)."""
+    """Can this direct child of an axes (or of the figure) be drawn on its own? Not the axis machinery
+    (ticks are rebuilt inside Axis.draw), not images (Axes.draw keeps animated images in the background
+    anyway), not the owner's background patch, nor what draws nothing (hidden, empty text)."""
     if isinstance(artist, Axis | Spine | AxesImage | Axes | FigureBase) or artist is owner_patch:
         return False
     return artist.get_visible() and not (isinstance(artist, Text) and not artist.get_text())
 
 
-def _children(owner) -> list:
-    return [a for a in owner.get_children() if _animatable(a, owner.patch)]
+def drawing_order(fig) -> list:
+    """The drawable direct children of the axes and of the figure, in the order a full draw paints them:
+    axes by zorder, children by zorder within one, then the figure's own artists (texts, legends)."""
+    order = []
+    for owner in (*sorted(fig.axes, key=lambda ax: ax.get_zorder()), fig):
+        order += sorted((a for a in owner.get_children() if _animatable(a, owner.patch)), key=lambda a: a.get_zorder())
+    return order
 
 
 def animate_changed(fig) -> list:
-    """Mark animated=True what update() just changed (matplotlib marks a changed artist stale until its next
-    draw) among the direct children of each axes and of the figure, plus, to keep the drawing order, every
-    sibling at the same or a higher zorder (legends, annotations). -> the artists newly marked."""
-    marked = []
-    for owner in (*fig.axes, fig):
-        children = _children(owner)
-        changed = [a for a in children if a.stale and not a.get_animated()]
-        if changed:
-            lowest = min(a.get_zorder() for a in changed)
-            marked += [a for a in children if a.get_zorder() >= lowest and not a.get_animated()]
-    for artist in marked:
+    """Mark animated=True what update() just changed among the drawable children of the axes and of the
+    figure (matplotlib marks a changed artist stale until its next draw). -> the artists newly marked."""
+    changed = [a for a in drawing_order(fig) if a.stale and not a.get_animated()]
+    for artist in changed:
         artist.set_animated(True)
-    return marked
+    return changed
 
 
 def animated_artists(fig) -> list:
-    """Every artist marked animated=True, in drawing order: axes by axes (by their zorder), by zorder within
-    one, then the figure's own artists (texts, legends) by zorder."""
+    """Every artist marked animated=True (nested ones too), in drawing order."""
     ordered = []
     for ax in sorted(fig.axes, key=lambda ax: ax.get_zorder()):
         ordered += sorted(ax.findobj(lambda a: a.get_animated(), include_self=False), key=lambda a: a.get_zorder())
@@ -143,17 +142,37 @@ def animated_artists(fig) -> list:
     return ordered + sorted(own, key=lambda a: a.get_zorder())
 
 
+def _painted_box(artist, renderer):
+    """The window box an artist can paint into (its extent, cut to its clip box when it clips)."""
+    box = artist.get_window_extent(renderer)
+    clip = artist.get_clip_box() if artist.get_clip_on() else None
+    return Bbox.intersection(box, clip) if clip is not None else box
+
+
+def overlay_artists(fig, animated: list, renderer) -> list:
+    """Static artists that a full draw paints *after* an animated one and over the same pixels (a legend
+    or a label above moving lines): they go into a cached layer composited on top of the animated ones,
+    so the drawing order is kept without re-drawing them every frame."""
+    order = drawing_order(fig)
+    first = min((order.index(a) for a in animated if a in order), default=0)
+    boxes = [b for b in (_painted_box(a, renderer) for a in animated) if b is not None]
+    return [a for a in order[first:] if not a.get_animated()
+            and any(a.get_window_extent(renderer).overlaps(b) for b in boxes)]
+
+
 class FigureRenderer:
     """One figure on its own Agg canvas -> PNG, re-drawing only the animated artists while nothing else
-    in the figure changed (matplotlib's blitting recipe).
+    in the figure changed (matplotlib's blitting recipe, plus a cached layer for what lies above them).
 
-    A full draw (canvas.draw(), which leaves animated artists out, then a copy of that background) happens
-    at the first render and whenever fig.stale: matplotlib sets it on any change to a non-animated artist,
-    axis limits, scales, labels, added or removed artists. Otherwise the background is restored and only
-    the animated artists are drawn over it: about 10x faster for three axes of fixed limits (their ticks
-    and labels are most of a draw). Every animated artist is redrawn each frame from its current state, and
-    any other change forces a full draw, so the image is always the figure's current state; only the
-    drawing order can differ (animated artists come last: above the spines).
+    A full draw happens at the first render and whenever fig.stale (matplotlib sets it on any change to a
+    non-animated artist, axis limits, scales, labels, added or removed artists): the background (all but
+    the animated artists and the overlay) is drawn and cached; the overlay (static artists drawn after and
+    over an animated one: legends, labels) is drawn alone onto a cleared canvas and cached as an RGBA
+    layer. Any other frame restores the background, draws the animated artists and composites the overlay:
+    about 10x faster than a full draw for three axes of fixed limits (ticks and text are most of a draw).
+    Every animated artist is drawn each frame from its current state and any other change forces a full
+    draw, so the image is always the figure's current state (pixel differences only where an animated
+    line crosses a spine, and from rounding in the composite).
 
     Which artists are animated: those the author created with animated=True, and, with auto_animate, those
     an update changed, found at its full draw (animate_changed): the first slider move draws everything,
@@ -163,22 +182,64 @@ class FigureRenderer:
     def __init__(self, fig, *, auto_animate: bool = True):
         self.figure, self.auto_animate = fig, auto_animate
         self.canvas = FigureCanvasAgg(fig)  # replaces pyplot's canvas; reused by every render
-        self.background, self.animated, self.full_draws = None, [], 0
+        self.background, self.overlay, self.animated, self.full_draws = None, None, [], 0
 
     def render(self) -> bytes:
         fig = self.figure
         if self.background is None or fig.stale:
             if self.auto_animate and self.full_draws:  # after the first render: what the last update changed
                 animate_changed(fig)
-            self.canvas.draw()
-            self.animated = animated_artists(fig)
-            self.background = self.canvas.copy_from_bbox(fig.bbox) if self.animated else None
-            self.full_draws += 1
+            self._full_draw()
         else:
             self.canvas.restore_region(self.background)
-        for artist in self.animated:
-            fig.draw_artist(artist)
+            self._draw_animated()
+        fig.stale = False  # drawing a legend re-stales its axes (children report to the axes): not a change
         return encode_png(self.canvas)
+
+    def _full_draw(self) -> None:
+        fig, canvas = self.figure, self.canvas
+        self.full_draws += 1
+        self.animated = animated_artists(fig)
+        if not self.animated:
+            canvas.draw()
+            self.background = self.overlay = None
+            return
+        if self.full_draws == 1:
+            canvas.draw()  # lay the figure out first: the overlay is chosen by where artists paint
+        overlay = overlay_artists(fig, self.animated, canvas.get_renderer())
+        for artist in overlay:
+            artist.set_animated(True)  # out of the background (set_animated does not mark anything stale)
+        canvas.draw()
+        self.background = canvas.copy_from_bbox(fig.bbox)
+        self.overlay = self._overlay_layer(overlay)
+        for artist in overlay:
+            artist.set_animated(False)  # static again: a change to it must still force a full draw
+        canvas.restore_region(self.background)
+        self._draw_animated()
+
+    def _overlay_layer(self, overlay: list):
+        """The overlay artists drawn alone on a cleared (transparent) canvas, cut to where they paint.
+        -> (rows, cols, rgb (h, w, 3) float, alpha (h, w, 1) float) or None."""
+        if not overlay:
+            return None
+        self.canvas.get_renderer().clear()
+        for artist in overlay:
+            self.figure.draw_artist(artist)
+        rgba = np.array(self.canvas.buffer_rgba())  # (H, W, 4) uint8, not premultiplied
+        rows, cols = np.nonzero(rgba[..., 3].any(axis=1))[0], np.nonzero(rgba[..., 3].any(axis=0))[0]
+        if not len(rows):
+            return None
+        rows, cols = slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1)
+        layer = rgba[rows, cols].astype(np.float32)
+        return rows, cols, layer[..., :3], layer[..., 3:] / 255.0
+
+    def _draw_animated(self) -> None:
+        for artist in self.animated:
+            self.figure.draw_artist(artist)
+        if self.overlay is not None:
+            rows, cols, rgb, alpha = self.overlay
+            pixels = np.asarray(self.canvas.buffer_rgba())[rows, cols, :3]  # (h, w, 3) view into the canvas
+            pixels[...] = (rgb * alpha + pixels * (1.0 - alpha) + 0.5).astype(np.uint8)
 
 
 class LivePlot(widgets.VBox):

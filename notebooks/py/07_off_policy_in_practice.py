@@ -18,7 +18,7 @@
 # the first inner step. Is the update on-policy? And if the rollouts come from an asynchronous worker
 # whose weights are a few updates behind, which policy should the clip be anchored to?"*
 #
-# Notebook 02 §2 showed why the ratio is exactly 1 at the first inner step when the old log-probs are
+# As notebook 02 §2 showed, the ratio is exactly 1 at the first inner step when the old log-probs are
 # cached once. That 1 says the trainer agrees with *itself*; it says nothing about the policy that drew the
 # samples. In production the two differ in two ways, and this notebook measures both on the twins:
 #
@@ -55,7 +55,7 @@ from workbook.widgets import live_plot, set_value, slider
 logging.getLogger("grpo").setLevel(logging.ERROR)  # the mismatch runs fail a health check every iteration
 started = time.perf_counter()
 task = grpo_fixed.EchoTask()
-CAP = 2.0  # truncation C of the importance weights: verl's default rollout_is_threshold (quoted in section 1)
+CAP = 2.0  # truncation C of the importance weights: verl's default rollout_is_threshold (quoted in notebook 07 §1)
 print(f"every training run: {op.SHORT['steps']} iterations of {op.SHORT['prompts_per_batch']} prompts x "
       f"{grpo_fixed.Config.group_size} samples; truncation C = {CAP}")
 
@@ -284,7 +284,7 @@ assert checks[8.0, "float8_e4m3fn", 1.0]["tis"] > 0.17 and checks[8.0, "float8_e
 # varies under p while the rare tokens' weights are far from 1. Read the weights and the bias, not only the KL.
 
 # %% [markdown]
-# ### 1b. On the twins: one rollout batch, and the exact gradient bias
+# ### 1.1 On the twins: one rollout batch, and the exact gradient bias
 #
 # Now the twins' own policy after the 30 iterations of the plain (float32) training run used below, and
 # one rollout batch of 64 prompts × 8 samples per sampler precision through the twins' `rollout` with
@@ -325,7 +325,7 @@ assert [m[name]["fires"] for name in op.PRECISIONS] == [False, True, True, True]
 # further. The twins' own health check "training log-probs match the sampler" (its `logprob_gap` bound,
 # written for bugs like B10) fires on every lower-precision sampler. That is the right alarm for a trainer
 # that samples itself; a trainer with a separate inference engine replaces the bound by a budget for the
-# mismatch it accepts, and logs the mismatch KL beside it (section 3 adds it as a statistic).
+# mismatch it accepts, and logs the mismatch KL beside it (notebook 07 §3 adds it as a statistic).
 #
 # **The gradient bias, exactly.** EchoTask is small enough to enumerate: 25 prompts × 781 distinct
 # completions. `op.exact_gradients` computes the expected update over every (prompt, completion) pair
@@ -362,7 +362,7 @@ assert all(b[f"token TIS C={CAP:g}"] == b["token IS (no cap)"] and b["sequence I
 # the sequence's advantage is credited to every token, but each token is reweighted only for its own
 # draw, not for the draws of the prefix it continues or of the suffix that decides the reward. The
 # sequence-level weight p(y)/q(y) removes the bias completely (it is the exact importance weight, and
-# the table shows float rounding) at the price of a variance that grows with the length (section 3).
+# the table shows float rounding) at the price of a variance that grows with the length (notebook 07 §3).
 # C = 2 never binds here: no token of any enumerated completion has a weight of 2, so the capped and
 # uncapped token columns are equal.
 # Both frameworks offer both levels (TRL's `token_*` / `sequence_*` modes, verl's `rollout_is: token |
@@ -511,7 +511,7 @@ plt.show()
 # %%
 def first_step(old_logprob, logprob, adv, sampler_logprob=None):
     """Loss and d loss / d log pi_theta of one token at the first inner step (pi_theta = current policy).
-    With sampler_logprob, the TIS loss of section 1; otherwise the twins' grpo_loss."""
+    With sampler_logprob, the TIS loss of notebook 07 §1; otherwise the twins' grpo_loss."""
     logp = torch.tensor([[logprob]], requires_grad=True)  # (1, 1)
     old, mask, a = torch.tensor([[old_logprob]]), torch.ones(1, 1, dtype=torch.bool), torch.tensor([adv])
     if sampler_logprob is None:
@@ -620,12 +620,12 @@ assert fmt(final[k, "current"] for k in K_VALUES[1:]) == ["0.719", "0.678", "0.6
 assert 0.84 < first_dev[1] < first_dev[2] < first_dev[4] < 1.32 and final[4, "behaviour"] < 0.5 * final[0, "behaviour"]
 assert all(abs(clipped[k, a] - clipped[0, a]) < 0.02 for k in (1, 2, 4) for a in ("current", "current + TIS"))
 assert all(abs(final[k, "current"] - final[0, "current"]) < 0.06 for k in (1, 2, 4))
-# k = 0 is the plain twin, whichever function was swapped: the same rewards as section 1's float32 run
+# k = 0 is the plain twin, whichever function was swapped: the same rewards as the float32 run of notebook 07 §1
 assert [s["reward"] for s in stale_runs[0, "behaviour"]["history"]] == [s["reward"] for s in h["float32"]]
 tis_gap = max(abs(final[k, "current + TIS"] - final[k, "current"]) for k in (1, 2, 4))
 seed_spread = max(spread) - min(spread)
 assert tis_gap < seed_spread
-print(f"largest |current + TIS - current| over k = 1, 2, 4: {tis_gap:.3f}; float32 seed spread (section 1): "
+print(f"largest |current + TIS - current| over k = 1, 2, 4: {tis_gap:.3f}; float32 seed spread (notebook 07 §1): "
       f"{seed_spread:.3f}")
 assert f"{tis_gap:.3f}" == "0.092" and f"{seed_spread:.3f}" == "0.117"
 
@@ -639,8 +639,8 @@ assert f"{tis_gap:.3f}" == "0.092" and f"{seed_spread:.3f}" == "0.117"
 # fraction stays at the on-policy level (within 0.02 of 0.089 for every k) and the final reward within
 # 0.06 of the on-policy run's (0.719, 0.678, 0.632 against 0.686). The importance weight from μ to π_cur
 # did not change the outcome measurably in 30 iterations: the largest difference between "current" and
-# "current + TIS" (0.092) is smaller than the spread between float32 seeds in section 1 (0.117), so one
-# seed cannot separate them. Section 3 measures how far from 1 those weights are.
+# "current + TIS" (0.092) is smaller than the spread between float32 seeds in notebook 07 §1 (0.117), so one
+# seed cannot separate them. How far from 1 those weights are is measured in notebook 07 §3.
 #
 # > **You should know.**
 # > - A stale batch has three policies: the sampler μ (k updates old), the current π_cur (the trainer,
@@ -650,7 +650,7 @@ assert f"{tis_gap:.3f}" == "0.092" and f"{seed_spread:.3f}" == "0.117"
 # > - Recomputing π_old with the trainer makes ρ = 1 at the first step again; then the data's
 # >   distribution is corrected separately by min(π_cur/μ, C) (decoupled PPO).
 # > - Measure staleness by its effect, not its count: the first-step |ρ − 1| under the behaviour anchor,
-# >   the clip fraction, and the effective sample size of π_cur/μ (section 3).
+# >   the clip fraction, and the effective sample size of π_cur/μ (notebook 07 §3).
 #
 # **Catalog note.** *Symptom:* turning on asynchronous rollouts (or more steps per generation) makes
 # learning slower while the clip fraction rises. *Statistic:* the clip fraction against its on-policy
@@ -840,7 +840,7 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (5, 18), (22, 28
 # are normalized", range 0 to 1, "Ideal value: > 0.5", "Warning: < 0.3" (`docs/advance/rollout_corr.md` at
 # commit `0fe72c5`). With weights normalised to mean 1 that is our formula. Our row's bound (0.9) is a
 # choice, stricter than verl's: here it separates k = 1 (at most 4 iterations below) from k ≥ 2 (5 or
-# more). With the clip at the current policy none of these runs lost reward measurably (section 2), so
+# more). With the clip at the current policy none of these runs lost reward measurably (notebook 07 §2), so
 # the bound flags drift, not damage.
 #
 # > **You should know.**
@@ -850,14 +850,14 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (5, 18), (22, 28
 # >   truncated weights flatters a batch, so log the ESS of the raw weights.
 # > - Token-level ESS is what is logged here; a sequence-level weight (the product over tokens) has an
 # >   ESS that falls with the length (e^{−Tσ²} in the log-normal model: 0.37 for four tokens at σ = 0.5,
-# >   against 0.78 per token), the variance price of its unbiasedness (section 1).
+# >   against 0.78 per token), the variance price of its unbiasedness (notebook 07 §1).
 #
 # **Catalog note.** *Symptom:* after a change to the rollout setup (inference engine, its precision,
 # asynchronous workers, more steps per generation), learning changes and nothing in the loss explains
 # it. *Statistic:* ESS of π_trainer/π_sampler on the sampled tokens, every iteration (as `ess` above;
 # verl `rollout_is_eff_sample_size`), read as 1 − ESS on a log scale, with the mismatch KL beside it.
-# *Fix:* trace the source: a flat, tiny 1 − ESS that moved with the engine's precision is section 1
-# (truncated IS, float32 logits); one that grows with the staleness is section 2 (anchor the clip at the
+# *Fix:* trace the source: a flat, tiny 1 − ESS that moved with the engine's precision is notebook 07 §1
+# (truncated IS, float32 logits); one that grows with the staleness is notebook 07 §2 (anchor the clip at the
 # current policy, bound the staleness until the ESS stays above the row's bound).
 
 # %%

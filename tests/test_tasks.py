@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 import grpo_fixed
-from workbook.tasks import TASKS, LengthTask, ReverseTask, SparseMatchTask
+from workbook.tasks import TASKS, LengthTask, RambleTask, ReverseTask, SparseMatchTask
 
 ALL = pytest.mark.parametrize("name", sorted(TASKS))
 
@@ -69,7 +69,7 @@ def test_reward_ignores_positions_after_the_first_eos(name):
 def perfect(name, prompt):
     """The best completion for one prompt (a list of ints)."""
     return {"echo": prompt, "reverse": prompt[::-1], "sparse": [prompt[0] % 6 + 1] if prompt else [],
-            "length": [1, 2, 3, 1]}[name]
+            "length": [1, 2, 3, 1], "ramble": [sum(prompt) % 5 + 1]}[name]
 
 
 @ALL
@@ -95,6 +95,13 @@ def test_perfect_answers_score_one(name):
     (LengthTask(), [], [1, 2, 3, 1, 2], 0.8),
     (LengthTask(), [], [], 0.2),
     (LengthTask(), [], [1] * 8, 0.0),  # never stopped
+    (RambleTask(), [1, 2], [4], 1.0),  # (1 + 2) mod 5 + 1 = 4, then EOS
+    (RambleTask(), [5, 4], [5], 1.0),  # (5 + 4) mod 5 + 1 = 5
+    (RambleTask(), [1, 2], [4, 1, 3, 3, 2, 5, 1], 1.0),  # anything may follow the answer before the EOS
+    (RambleTask(), [1, 2], [4, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5], 1.0),  # EOS as the 12th token: still in time
+    (RambleTask(), [1, 2], [4] * 12, 0.0),  # right answer, never stopped (truncated)
+    (RambleTask(), [1, 2], [3], 0.0),  # wrong answer
+    (RambleTask(), [1, 2], [], 0.0),  # EOS first: no answer
 ], ids=lambda v: type(v).__name__ if not isinstance(v, (list, float)) else None)
 def test_partial_credit(task, prompt, tokens, expected):
     completions, mask = answer(tokens, task.max_completion_length)
@@ -113,3 +120,38 @@ def test_sparse_random_policy_succeeds_about_one_time_in_49():
 def test_random_policy_scores_low(name):
     _, _, _, reward = random_rollout(TASKS[name](), 5000, seed=6)
     assert 0.05 < reward.mean().item() < 0.25
+
+
+def test_ramble_random_policy_scores_its_documented_rate():
+    _, _, mask, reward = random_rollout(RambleTask(), 20000, seed=7)
+    p, n = (1 / 6) * (1 - (5 / 6) ** 11), 20000  # right answer (1/6), then an EOS within the next 11 tokens
+    assert abs(reward.mean().item() - p) <= 5 * (p * (1 - p) / n) ** 0.5
+
+
+def ramble_random_lengths():
+    """Exact mean lengths (EOS included) of right and of wrong RambleTask completions under a uniform
+    random policy over V = 6 tokens, T = 12: the first token is EOS (length 1, wrong), the answer (1/6),
+    or another token (4/6); after it each position is EOS with probability 1/6, until position 12."""
+    q = 5 / 6
+    ended = {length: q ** (length - 2) / 6 for length in range(2, 13)}  # EOS at `length`, after a non-EOS first
+    truncated = q**11  # no EOS in positions 2..12: length 12, wrong
+    right_mass = sum(ended.values()) / 6
+    right_mean = sum(length * p for length, p in ended.items()) / sum(ended.values())
+    any_length = sum(length * p for length, p in ended.items()) + 12 * truncated  # mean length after a non-EOS
+    wrong_mass = 1 / 6 + 4 / 6 + truncated / 6
+    wrong_mean = (1 * 1 / 6 + any_length * 4 / 6 + 12 * truncated / 6) / wrong_mass
+    assert abs(right_mass + wrong_mass - 1) < 1e-12
+    return right_mean, wrong_mean
+
+
+def test_ramble_lengths_of_a_random_policy_match_the_docstring():
+    right_mean, wrong_mean = ramble_random_lengths()
+    assert (round(right_mean, 2), round(wrong_mean, 2)) == (5.29, 5.33)  # the numbers in the docstring
+    _, completions, mask, reward = random_rollout(RambleTask(), 20000, seed=8)
+    length = mask.sum(dim=1).float()
+    for sample, exact in ((length[reward == 0], wrong_mean), (length[reward == 1], right_mean)):
+        assert abs(sample.mean().item() - exact) <= 5 * sample.std().item() / sample.numel() ** 0.5
+    truncated = ~(completions == RambleTask.eos_id).any(dim=1)  # reached the limit without an EOS
+    p = (5 / 6) ** 12
+    assert abs(truncated.float().mean().item() - p) <= 5 * (p * (1 - p) / 20000) ** 0.5
+    assert (reward[truncated] == 0).all() and (length[truncated] == RambleTask.max_completion_length).all()

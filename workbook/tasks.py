@@ -82,8 +82,11 @@ class RambleTask:
     Prompt: two tokens a, b in 1..5. The answer is the first generated token and must be (a + b) mod 5 + 1;
     any tokens may follow, but the completion must end with EOS within max_completion_length = 12 tokens.
     Reward: 1 if the answer is right and the completion ended, else 0 (binary). Length is not scored
-    except at the limit, so every truncated completion is wrong: wrong answers tend to be long. A uniform
-    random policy scores 1/6 * (1 - (5/6)^11), about 0.14 (notebook 06 §1 and §7 train on it).
+    except at the limit: every completion that reaches it without an EOS is wrong ((5/6)^12, about 11% of a
+    uniform random policy's), so the longest completions are all wrong. On average a uniform random
+    policy's right and wrong completions start at about the same length (5.29 and 5.33 tokens, EOS
+    included); the per-sequence loss mean of notebook 06 §1 makes the wrong ones longer. A uniform random
+    policy scores 1/6 * (1 - (5/6)^11), about 0.14. Notebook 06 §1, §4 and §7 train on it.
     """
 
     vocab_size = 6

@@ -242,9 +242,11 @@ assert math.isclose(at[12]["sequence mean"], at[12]["constant"]) and at[12]["con
 
 # %% [markdown]
 # **Training.** `RambleTask` (workbook/tasks.py): the answer is the first token, anything may follow,
-# and the completion must end before T_max = 12 tokens; truncated completions are wrong, so wrong answers
-# tend to be long. The reward does not depend on the length otherwise. Three runs, one per aggregation,
-# same seed; per iteration we split the sampled completions by reward and average their lengths.
+# and the completion must end with EOS within T_max = 12 tokens. A completion that reaches the limit is
+# wrong, so the longest completions are all wrong; otherwise the reward does not depend on the length
+# (and at the start right and wrong completions have about the same mean length, see the task's
+# docstring). Three runs, one per aggregation, same seed; per iteration we split the sampled completions
+# by reward and average their lengths.
 
 # %%
 ramble = RambleTask()

@@ -144,6 +144,11 @@ assert (mean_rev - exact_kl) / kl_tol > 50  # ... and far from B8's bias
 # stay far outside the tolerance: the reversed estimator (B8) averages about 6.03 against an exact KL
 # of 1.04, an error about 100 times `KL_TOL`.
 #
+# > **Catalog note (a probe tolerance too tight).** *Symptom*: the KL probe fails on a correct trainer for
+# > some seeds only. *Statistic*: the probe's error in units of the standard deviation of the mean (the
+# > printout above). *Fix*: put the tolerance at many standard deviations (here `KL_TOL`), which a real bug
+# > such as B8 still exceeds by two orders of magnitude.
+#
 # One more check that the exact standard deviation above is what the probe really sees: 200 probes with
 # fresh draws each, through the fixed twin's own `kl_to_reference`:
 

@@ -247,7 +247,8 @@ class LivePlot(widgets.VBox):
 
     .result  update's last return value (None after update raised)
     .error   the exception of the last redraw, or None
-    .redraws how many times update ran; .last_redraw_s  seconds of the last update + render (kernel side)
+    .redraws how many times update ran; .last_redraw_s  seconds of the last update + render (kernel side),
+    .last_update_s  of which update() alone
     .renderer the FigureRenderer (.full_draws: renders that drew everything, not only animated artists)
     """
 
@@ -255,7 +256,7 @@ class LivePlot(widgets.VBox):
         if not controls:
             raise ValueError("live_plot needs at least one control, e.g. clip=slider(0.2, 0.0, 0.5, 0.05, 'clip')")
         self.update, self.controls, self.figure = update, dict(controls), fig
-        self.result, self.error, self.redraws, self.last_redraw_s = None, None, 0, None
+        self.result, self.error, self.redraws, self.last_redraw_s, self.last_update_s = None, None, 0, None, None
         plt.close(fig)  # out of pyplot: no inline display of it at the end of the cell, ever
         fig.set_dpi(dpi)
         if fig.patch.get_alpha() is not None and fig.patch.get_alpha() < 1:
@@ -295,6 +296,7 @@ class LivePlot(widgets.VBox):
         marker = self.marker()
         try:
             result = self.update(**self.values())
+            self.last_update_s = time.perf_counter() - start
             png = self.renderer.render()
         except Exception as exc:
             self.result, self.error = None, exc

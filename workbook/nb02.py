@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
-from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 import grpo_fixed
@@ -139,10 +138,11 @@ DRIFT_CAPTION = ("Band: 5-95% of the true ratio pi_k / pi_old, thin lines: its m
 """what the drift figure's artists are (a caption under the image: cheaper than a legend in every redraw)"""
 
 
-def lr_choice(values, value, description="lr"):
-    """A slider over a few learning rates (each a replay to cache), labelled '3e-03'; fires on release."""
-    return widgets.SelectionSlider(options=[(f"{v:.0e}", v) for v in values], value=value, description=description,
-                                   continuous_update=False, style={"description_width": "initial"})
+def choice(values, value, description: str, fmt: str = "g"):
+    """A slider over a few values (each a replay to cache), labelled with format(v, fmt); fires on release."""
+    return widgets.SelectionSlider(options=[(format(v, fmt), v) for v in values], value=value,
+                                   description=description, continuous_update=False,
+                                   style={"description_width": "initial"})
 
 
 class _DriftPanel:
@@ -159,7 +159,8 @@ class _DriftPanel:
         ax.set_ylim(0.001, 50)  # the bottom decade is the bars' (at most BAR_SCALE of the height)
         ax.set_yticks([0.01, 0.1, 0.5, 1, 2, 10], ["0.01", "0.1", "0.5", "1", "2", "10"])
         ax.minorticks_off()
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(-0.5, max_steps - 0.5)  # fixed: the trace grows to the right as steps are added
+        ax.set_xticks(range(0, max_steps, 3))  # few fixed ticks: tick layout is most of a redraw's cost
         ax.set_xlabel("inner step k (full batch)")
         self.band = ax.fill_between(ks, ones, ones, color=color, alpha=0.18, label="true ratio, 5-95%")
         (self.lo,) = ax.plot(ks, ones, color=color, lw=0.7, label="true ratio, min / max")
@@ -192,13 +193,12 @@ class _DriftPanel:
         for line, edge in zip(self.window, (1 - clip, 1 + clip), strict=True):
             line.set_ydata([edge, edge])
         outside = [clipped_fn(r, token_adv, clip).float().mean().item() for r in ratios]
-        for k, (solid, hatched) in enumerate(zip(self.clipped, self.missed, strict=True)):
+        for k, (solid, outlined) in enumerate(zip(self.clipped, self.missed, strict=True)):
             by_loss = trace["clipped"][k] if k < steps else 0.0
             missed = max(0.0, outside[k] - by_loss) if k < steps else 0.0
             solid.set_height(BAR_SCALE * by_loss)
-            hatched.set_y(BAR_SCALE * by_loss)
-            hatched.set_height(BAR_SCALE * missed)
-        self.ax.set_xlim(-0.5, steps - 0.5)
+            outlined.set_y(BAR_SCALE * by_loss)
+            outlined.set_height(BAR_SCALE * missed)
         first = next((k for k, c in enumerate(trace["clipped"]) if c > 0), None)
         self.first.set_visible(first is not None)
         if first is not None:

@@ -1,171 +1,171 @@
-"""Helpers for notebook 01 (find the silent bugs with tiny inputs): a tensor describer, a tiny rollout,
-a hand-checkable toy policy, the three slider figures, and the single-bug ablation."""
+"""Machinery for notebook 01 (find the silent bugs with tiny inputs): a seeded tiny rollout, the three slider
+figures (built once, their artists updated in place by workbook.widgets.live_plot, numbers cached per slider
+position), and the single-bug ablation runner. The code the notebook teaches (the tensor describer, the sampler
+test, the masked-mean estimates, the hand-made policy, the probes) lives in the notebook's cells and is passed in.
+"""
 
 from __future__ import annotations
 
-import copy
+import functools
 import math
+from typing import NamedTuple
 
-import matplotlib.pyplot as plt
 import torch
-import torch.nn as nn
 
 import grpo_buggy
 import grpo_fixed
 from workbook.catalog import BUG_IDS, hybrid
-from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed
+from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
+
+TWINS = (grpo_buggy, grpo_fixed)
 
 # ----------------------------------------------------------------------------------------------
-# The debugger's first pass
+# One tiny rollout
 
 
-def describe(name: str, tensor: torch.Tensor) -> str:
-    """One log line: shape, dtype, min / max / mean over the finite entries, count of non-finite ones."""
-    values = tensor.double()
-    finite = values[values.isfinite()]
-    stats = f"min {finite.min():+8.3f} max {finite.max():+8.3f} mean {finite.mean():+8.3f}" if finite.numel() else ""
-    return (f"{name:17s} {str(tuple(tensor.shape)):8s} {str(tensor.dtype).removeprefix('torch.'):8s} "
-            f"{stats:44s} nonfinite {int((~values.isfinite()).sum())}")
+class TinyRun(NamedTuple):
+    """What tiny_rollout returns: the rollout batch and its stats, and the run it came from."""
+
+    batch: dict
+    stats: dict
+    policy: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    cfg: object
+    generator: torch.Generator
 
 
-def tiny_rollout(module, *, seed: int = 0, **overrides):
-    """One rollout batch of `module` on EchoTask with a fresh seeded TinyPolicy.
-    -> (batch, stats, policy, cfg, generator); cfg overrides e.g. prompts_per_batch=2, group_size=4."""
+def tiny_rollout(module, *, seed: int = 0, **overrides) -> TinyRun:
+    """One rollout batch of `module` on EchoTask from module.setup_run(task, cfg, seed); cfg overrides e.g.
+    prompts_per_batch=2, group_size=4."""
     cfg = module.make_config(**overrides)
     task = module.EchoTask()
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    policy = module.TinyPolicy(task.vocab_size, cfg.hidden, cfg.dropout)
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    policy, ref_policy, optimizer, generator = module.setup_run(task, cfg, seed)
     batch, stats = module.rollout(policy, ref_policy, task, cfg, generator)
-    return batch, stats, policy, cfg, generator
-
-
-class NextTokenPolicy(nn.Module):
-    """A hand-checkable 'policy': at every position it is sure the next token is (current + 1) mod V.
-
-    logits[n, l] = confidence * one_hot((tokens[n, l] + 1) mod V)   (N, L) -> (N, L, V)
-    The BOS id is V, so after BOS it predicts token 1 (= (V + 1) mod V).
-    """
-
-    def __init__(self, vocab_size: int = 6, confidence: float = 10.0):
-        super().__init__()
-        self.bos_id, self.vocab_size, self.confidence = vocab_size, vocab_size, confidence
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.confidence * nn.functional.one_hot((tokens + 1) % self.vocab_size, self.vocab_size).float()
+    return TinyRun(batch, stats, policy, optimizer, cfg, generator)
 
 
 # ----------------------------------------------------------------------------------------------
-# Slider figures (each redraw: two small axes, no training)
+# Slider figures: build(...) -> (fig, update); update(**slider values) mutates artists, returns numbers
 
 TOY_LOGITS = torch.tensor([2.0, 1.0, 0.0, -1.0, -2.0])
-"""the 5 logits of the sampling probe"""
+"""the 5 logits of the sampling probe (grpo_fixed.preflight uses the same ones)"""
 
 
-def sampling_frequencies(module, logits: torch.Tensor, n: int = 20000, seed: int = 0) -> torch.Tensor:
-    """Empirical frequency of each token id in n draws of module.sample_from_logits. (V,)"""
-    draws = module.sample_from_logits(logits, n, generator=torch.Generator().manual_seed(seed))  # (n,)
-    return torch.bincount(draws, minlength=logits.shape[-1]).double() / n
+LEGEND_ZORDER = 0.5
+"""legends sit below the artists a slider changes (zorder >= 1): live_plot keeps them in its cached background
+instead of compositing them over every frame"""
 
 
-def draw_sampling(temperature: float) -> dict:
-    """Frequencies of 20000 draws from logits / T against softmax(logits / T), buggy vs fixed.
-    Returns the total-variation distance 0.5 * sum |freq - p| of each twin."""
-    logits = TOY_LOGITS / temperature  # (V,)
-    probs = torch.softmax(logits.double(), -1)  # (V,)
-    fig, axes = buggy_vs_fixed(f"sampling from logits [2, 1, 0, -1, -2] / T,  T = {temperature:.2f}", figsize=(8, 2.8))
-    result = {}
-    for ax, module, color in zip(axes, (grpo_buggy, grpo_fixed), (BUGGY, FIXED), strict=True):
-        freq = sampling_frequencies(module, logits)
-        ax.bar(range(5), freq, color=color, alpha=0.7, label="sampled frequency")
-        ax.plot(range(5), probs, "o", color=REFERENCE, label="softmax(logits / T)")
-        result[module.__name__] = 0.5 * (freq - probs).abs().sum().item()
-        ax.set_xlabel(f"token id   (TV distance {result[module.__name__]:.3f})")
-    axes[0].set_ylabel("probability")
-    axes[0].legend(fontsize="small")
-    axes[0].set_ylim(0, 1)
-    plt.show()
-    return result
+def corner_text(ax, x=0.03, y=0.95, ha="left"):
+    """A text artist at (x, y) in axes coordinates (default: the top-left corner), for numbers a slider changes:
+    an artist that live_plot can blit, where changing an axis label or a title would force a full draw."""
+    return animated(ax.text(x, y, " ", transform=ax.transAxes, va="top", ha=ha, fontsize="small"))
 
 
-def spread_group(spread: float) -> list[float]:
-    """A group of 4 rewards around 0.5 whose max - min is `spread`."""
-    return [0.5 - spread / 2, 0.5 - spread / 6, 0.5 + spread / 6, 0.5 + spread / 2]
+def sampling_figure(frequencies):
+    """Notebook 01 §2: sampled frequencies (bars) of logits TOY_LOGITS / T against softmax(logits / T) (dots),
+    buggy | fixed. frequencies(module, logits (V,)) -> (V,). update(temperature) returns each twin's
+    total-variation distance 0.5 * sum_v |freq_v - p_v|."""
+    fig, axes = buggy_vs_fixed("sampling from logits [2, 1, 0, -1, -2] / T", figsize=(7.0, 2.6))
+    V = len(TOY_LOGITS)
+    bars, dots, texts = {}, {}, {}
+    for ax, module, color in zip(axes, TWINS, (BUGGY, FIXED), strict=True):
+        bars[module] = animated(ax.bar(range(V), [0.0] * V, color=color, alpha=0.7, label="sampled"))
+        (dots[module],) = animated(ax.plot(range(V), [0.0] * V, "o", color=REFERENCE, label="softmax(logits / T)"))
+        texts[module] = corner_text(ax)
+        ax.set_xticks(range(V))
+        ax.set_xlabel("token id")
+    axes[0].set(ylim=(0, 1), ylabel="probability")
+    axes[1].legend(fontsize="x-small", loc="upper right").set_zorder(LEGEND_ZORDER)
+
+    @functools.cache
+    def numbers(temperature):
+        logits = TOY_LOGITS / temperature  # (V,)
+        return torch.softmax(logits.double(), -1), {m: frequencies(m, logits) for m in TWINS}
+
+    def update(temperature):
+        probs, freqs = numbers(temperature)
+        result = {}
+        for module in TWINS:
+            for bar, height in zip(bars[module], freqs[module].tolist(), strict=True):
+                bar.set_height(height)
+            dots[module].set_ydata(probs.tolist())
+            result[module.__name__] = 0.5 * (freqs[module] - probs).abs().sum().item()
+            texts[module].set_text(f"T = {temperature:.2f}\nTV distance {result[module.__name__]:.3f}")
+        return result
+
+    return fig, update
 
 
-def draw_group_spread(spread: float) -> dict:
-    """Advantages of the group spread_group(spread), buggy vs fixed; NaN drawn as a red cross."""
-    rewards = spread_group(spread)
-    fig, axes = buggy_vs_fixed(f"advantages of rewards {[round(r, 3) for r in rewards]}", figsize=(8, 2.8))
-    result = {}
-    for ax, module, color in zip(axes, (grpo_buggy, grpo_fixed), (BUGGY, FIXED), strict=True):
-        adv = module.group_advantage(rewards)  # (G,)
-        finite = adv.isfinite()
-        ax.bar(range(4), torch.where(finite, adv, 0.0), color=color, alpha=0.7)
-        for i in torch.nonzero(~finite).flatten().tolist():
-            ax.plot(i, 0, "x", color=BUGGY, ms=12, mew=3)
-            ax.text(i, 0.2, "NaN", color=BUGGY, ha="center")
+def spread_figure(group):
+    """Notebook 01 §3: advantages of the group group(spread) (a list of rewards), buggy | fixed; a NaN drawn
+    as a cross at 0. update(spread) returns each twin's advantages as a list."""
+    fig, axes = buggy_vs_fixed("advantages of a group of 4 rewards around 0.5", figsize=(7.0, 2.6))
+    G = len(group(0.0))
+    bars, crosses, texts = {}, {}, {}
+    for ax, module, color in zip(axes, TWINS, (BUGGY, FIXED), strict=True):
+        bars[module] = animated(ax.bar(range(G), [0.0] * G, color=color, alpha=0.7))
+        (crosses[module],) = animated(ax.plot([], [], "x", color=BUGGY, ms=12, mew=3))
+        texts[module] = corner_text(ax)
         ax.axhline(0, color=REFERENCE, lw=0.8)
-        ax.set_xlabel("sample i in the group")
-        result[module.__name__] = adv.tolist()
-    axes[0].set_ylabel("advantage A_i")
-    axes[0].set_ylim(-2, 2)
-    plt.show()
-    return result
+        ax.set_xticks(range(G))
+        ax.set_xlabel("sample i in the group (x: NaN)")
+    axes[0].set(ylim=(-2, 2), ylabel="advantage A_i")
+
+    def update(spread):
+        rewards = group(spread)
+        result = {}
+        for module in TWINS:
+            adv = module.group_advantage(rewards)  # (G,)
+            finite = adv.isfinite()
+            for bar, a in zip(bars[module], torch.where(finite, adv, 0.0).tolist(), strict=True):
+                bar.set_height(a)
+            nan_at = torch.nonzero(~finite).flatten().tolist()
+            crosses[module].set_data(nan_at, [0.0] * len(nan_at))
+            texts[module].set_text(f"spread {spread:.2f}, {len(nan_at)} NaN")
+            result[module.__name__] = adv.tolist()
+        return result
+
+    return fig, update
 
 
-PADDING = {"-inf (log of an underflowed softmax)": -math.inf, "0.0 (finite garbage)": 0.0}
-"""what the masked positions of the slider's batch hold"""
-
-
-def padded_batch(masked_fraction: float, padding: float, rows: int = 4, width: int = 8):
-    """Per-token values (rows, width) = 1, 2, 3, ... along each row, the last round(f * width) tokens of
-    every row masked and overwritten with `padding`. -> values (rows, width), mask (rows, width)."""
-    n_real = round((1 - masked_fraction) * width)
-    mask = (torch.arange(width) < n_real).expand(rows, width)  # (rows, width)
-    values = torch.arange(1, width + 1, dtype=torch.float32).expand(rows, width)  # (rows, width)
-    return torch.where(mask, values, torch.tensor(padding)), mask
-
-
-def masked_estimates(masked_fraction: float, padding: float) -> dict:
-    """Three estimates of the mean over real tokens, and the hand-calculated truth."""
-    values, mask = padded_batch(masked_fraction, padding)
-    real = values[mask]
-    return {
-        "truth": real.mean().item() if real.numel() else 0.0,
-        "naive values.mean()": values.mean().item(),
-        "B5 (values*mask).sum()/mask.sum()": grpo_buggy.masked_mean(values, mask).item(),
-        "fixed masked_mean": grpo_fixed.masked_mean(values, mask).item(),
-    }
-
-
-def draw_masked_mean(masked_fraction: float, padding: str) -> dict:
-    """Estimates against the fraction of masked tokens (all 9 fractions of an 8-token row), current one
-    marked; non-finite estimates drawn as crosses on the top edge."""
-    fractions = [k / 8 for k in range(9)]
-    table = [masked_estimates(f, PADDING[padding]) for f in fractions]
-    fig, axes = buggy_vs_fixed(f"mean of per-token values 1..8 (masked positions hold {padding.split()[0]})",
-                               figsize=(8, 3.0))
-    styles = {"naive values.mean()": ("orange", ":"), "B5 (values*mask).sum()/mask.sum()": (BUGGY, "-"),
-              "fixed masked_mean": (FIXED, "-")}
-    panels = (["naive values.mean()", "B5 (values*mask).sum()/mask.sum()"], ["fixed masked_mean"])
-    for ax, keys in zip(axes, panels, strict=True):
-        ax.plot(fractions, [row["truth"] for row in table], "--", color=REFERENCE, label="truth (hand)")
-        for key in keys:
+def masked_mean_figure(estimates, paddings: dict, *, width: int = 8):
+    """Notebook 01 §6: estimates of a masked mean against the fraction of masked tokens (all width + 1 fractions
+    of a width-token row), the current fraction marked; non-finite estimates drawn as crosses on the top edge.
+    estimates(masked_fraction, padding value) -> {'truth': .., naive: .., B5: .., fixed: ..} in this order;
+    paddings: label -> padding value. update(masked_fraction, padding label) returns the estimates there."""
+    fractions = [k / width for k in range(width + 1)]
+    table = functools.cache(lambda label: [estimates(f, paddings[label]) for f in fractions])
+    truth, naive, b5, fixed = table(next(iter(paddings)))[0]
+    styles = {naive: ("orange", ":"), b5: (BUGGY, "-"), fixed: (FIXED, "-")}
+    fig, axes = buggy_vs_fixed(f"mean of per-token values 1..{width}, the last tokens masked", figsize=(7.0, 2.8))
+    top = {naive: 4.95, b5: 5.4, fixed: 5.4}  # where a non-finite estimate is drawn
+    lines, crosses, markers, texts = {}, {}, [], []
+    for ax, panel in zip(axes, ((naive, b5), (fixed,)), strict=True):
+        ax.plot(fractions, [row[truth] for row in table(next(iter(paddings)))], "--", color=REFERENCE,
+                label="truth (hand)")  # the truth does not depend on the padding
+        for key in panel:
             color, ls = styles[key]
-            ys = [row[key] for row in table]
-            ax.plot(fractions, [y if math.isfinite(y) else math.nan for y in ys], ls, marker="o", ms=3, color=color,
-                    label=key)
+            (lines[key],) = animated(ax.plot(fractions, [0.0] * len(fractions), ls, marker="o", ms=3, color=color,
+                                             label=key.split(" ")[0] if key != naive else "naive mean"))
+            (crosses[key],) = animated(ax.plot([], [], "x", color=color, ms=8, mew=2))
+        markers.append(animated(ax.axvline(0.0, color="k", lw=0.8)))
+        texts.append(corner_text(ax, 0.97, 0.62, "right"))
+        ax.set(xlabel="fraction of masked tokens (x: NaN or -inf)", ylim=(-0.3, 5.7))
+        ax.legend(fontsize="x-small", loc="lower left").set_zorder(LEGEND_ZORDER)
+
+    def update(masked_fraction, padding):
+        for key, line in lines.items():
+            ys = [row[key] for row in table(padding)]
+            line.set_ydata([y if math.isfinite(y) else math.nan for y in ys])
             bad = [f for f, y in zip(fractions, ys, strict=True) if not math.isfinite(y)]
-            ax.plot(bad, [5.4] * len(bad), "x", color=color, ms=8, mew=2)
-        ax.axvline(masked_fraction, color="k", lw=0.8)
-        ax.text(0.0, 5.1, "x = NaN or -inf", fontsize="small")
-        ax.set_xlabel("fraction of masked tokens")
-        ax.set_ylim(-0.3, 5.7)
-        ax.legend(fontsize="x-small", loc="lower left")
-    plt.show()
-    return masked_estimates(masked_fraction, PADDING[padding])
+            crosses[key].set_data(bad, [top[key]] * len(bad))
+        for marker, text in zip(markers, texts, strict=True):
+            marker.set_xdata([masked_fraction, masked_fraction])
+            text.set_text(f"padding holds {padding}")
+        return estimates(masked_fraction, paddings[padding])
+
+    return fig, update
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,49 +19,12 @@
 #
 # After this notebook you can:
 # - state a four-step debugging method and apply it to any RL trainer;
-# - for each of the 11 catalogued bugs (B1..B11), give **the tiny input that exposes it**, the buggy and the
+# - for each catalogued bug of `grpo_buggy.py`, give **the tiny input that exposes it**, the buggy and the
 #   correct number, the symptom you would see in the training logs, and the logged statistic
-#   (`grpo_fixed.DIAGNOSTICS`) or preflight probe (`grpo_fixed.preflight`) that catches it;
-# - say which bugs cost reward on the toy task and which stay hidden there (and where they bite instead).
+#   (`grpo_fixed.STATS`) or preflight probe (`grpo_fixed.preflight`) that catches it;
+# - say which bugs cost reward on the toy task and which stay hidden there (and where they bite instead);
+# - do the same for two more silent bugs that other interview reports describe (seeds 001 and 004).
 #
-# | section | bug | tiny input |
-# |---|---|---|
-# | 1 | (the method) | one rollout of 2 prompts x 4 samples |
-# | 2 | B1 sampling from raw logits | 5 logits, 20000 draws (slider: temperature) |
-# | 3 | B2 no eps in the advantage std | a group of 4 rewards (slider: spread) |
-# | 4 | B3 old log-probs recomputed in the inner loop | one update on 4 prompts x 8 samples |
-# | 5 | B4 `clamp(ratio * A)` | one token, ratio 1, A = 2 |
-# | 6 | B5 `(values * mask).sum() / mask.sum()` | a 4x8 batch with padding (slider: masked fraction) |
-# | 7 | B6 log-prob shift | a hand-made policy that is sure of the next token |
-# | 8 | B7 `log(softmax)` | two logits, 0 and d |
-# | 9 | B8 reversed KL log-ratio | a 3-token distribution |
-# | 10 | B9 `view(G, B)` | two prompts x 3 rewards |
-# | 11 | B10 temperature missing in training | one rollout at several temperatures |
-# | 12 | B11 no gradient clipping | a linear layer and a loss scaled by 1000 |
-# | 13 | ablation | 13 short training runs |
-
-# %%
-import logging
-import math
-import time
-
-import matplotlib.pyplot as plt
-import torch
-from IPython.display import display
-
-import grpo_buggy
-import grpo_fixed
-from workbook import nb01
-from workbook.catalog import BUG_IDS, BUGS, hybrid
-from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
-from workbook.widgets import live_figure, set_value, slider
-
-logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
-torch.manual_seed(0)
-HYBRID = {b: hybrid(b) for b in BUG_IDS}  # grpo_fixed with one bug switched back on
-print("bugs:", ", ".join(f"{b.id} {b.function}" for b in BUGS))
-
-# %% [markdown]
 # ## 1. The method
 #
 # 1. **Log shapes**: every tensor, with its shape in its name (`rewards  # (B*G,)`). A wrong reshape that
@@ -70,64 +33,162 @@ print("bugs:", ", ".join(f"{b.id} {b.function}" for b in BUGS))
 #    exactly (the sampler's log-prob of a token equals the training log-prob before any update; advantages
 #    average to 0 within each group; the ratio is 1 at the first inner step).
 # 3. **Tiny synthetic inputs**: a group of 4 rewards, 5 logits, a 2x3 mask, and their edge cases (constant
-#    group, everything masked, huge magnitudes, a negative advantage, temperature != 1, B != G).
+#    group, everything masked, huge magnitudes, a negative advantage, temperature != 1, unusual batch shapes).
 # 4. **Compare against a hand calculation**: a number you worked out on paper, printed next to the code's.
 #
-# ### 1.1 Log shapes and stats of one tiny rollout
-# Two prompts x four samples (B = 2, G = 4), the same seed for both twins:
+# > **STOP: practise before you read on.** Everything below this box names the bugs and their fixes. Find them yourself first, with the method
+# > above, in a mock round (from the repository root; `workbook/practice.py` explains the draw and the grader):
+# > 1. `make mock` writes `practice/round_N.py`: the hand-out with **3 bugs** drawn from the catalog left in
+# >    (the file does not say which; `BUGS=k` or `BUGS=all` for more, `HARD=1` for terse docstrings).
+# > 2. Edit that file: log shapes and stats of a tiny batch, attack the edges, fix what you find.
+# > 3. `make grade` says **which bugs are fixed, which remain**, and whether a fix broke something else.
+# > 4. `make hint` gives a hint for each bug still remaining, in levels: `LEVEL=1` the symptom and the
+# >    statistic to watch, `LEVEL=2` the function and a tiny input, `LEVEL=3` the fix.
+# >
+# > The other parts of the round: `make scratch` (write the spec's three functions from scratch, graded
+# > sentence by sentence) and `make drill` (the discussion questions, one at a time, against the clock).
+# > Come back here when `make grade` says everything is fixed, or when a hint at level 2 did not help.
+
+# %% [markdown]
+# ---
+# **Past the stop sign.** Each section: a question, the key equation, a tiny input, buggy vs fixed, a plot, and
+# the log symptom and the check that catches it.
+#
+# | ## | bug | tiny input |
+# |---|---|---|
+# | 1 | (the method, applied) | one rollout of 2 prompts x 4 samples; the preflight probes |
+# | 2 | B1 sampling from raw logits | 5 logits, 20000 draws (slider: temperature) |
+# | 3 | B2 no eps in the advantage std | a group of 4 rewards (slider: spread) |
+# | 4 | B3 old log-probs recomputed in the inner loop | one update on 4 prompts x 8 samples |
+# | 5 | B4 `clamp(ratio * A)` | one token, ratio 1, A = 2 |
+# | 6 | B5 `(values * mask).sum() / mask.sum()` | a 4x8 batch with padding (sliders: masked fraction, padding) |
+# | 7 | B6 log-prob shift | a hand-made policy that is sure of the next token |
+# | 8 | B7 `log(softmax)` | two logits, 0 and d |
+# | 9 | B8 reversed KL log-ratio | a 3-token distribution |
+# | 10 | B9 `view(G, B)` | two prompts x 3 rewards; a table of (B, G) |
+# | 11 | B10 temperature missing in training | one rollout at several temperatures |
+# | 12 | B11 no gradient clipping | a linear layer and a loss scaled by 1000 |
+# | 13 | ablation | 13 short training runs |
+# | 14 | advantage broadcast along the wrong axis (seed 001) | 4 sequences x 4 tokens |
+# | 15 | a reward that leaks gradient (seed 004) | a 3-token policy, 4 sequences |
+# | 16 | self-check | |
 
 # %%
+import inspect
+import logging
+import math
+import time
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+
+import grpo_buggy
+import grpo_fixed
+from workbook import nb01
+from workbook.catalog import BUG_IDS, BUGS, hybrid, swapped
+from workbook.monitor import render_range
+from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
+from workbook.widgets import live_plot, set_value, slider
+
+logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
+torch.manual_seed(0)
+HYBRID = {b: hybrid(b) for b in BUG_IDS}  # grpo_fixed with one bug switched back on
+print("bugs:", ", ".join(f"{b.id} {b.function}" for b in BUGS))
+
+# %% [markdown]
+# ### 1.1 Log shapes and stats of one tiny rollout
+# The first tool: one log line per tensor, with its shape, dtype, range over the finite entries, and the count of
+# non-finite entries.
+
+# %%
+def describe(name: str, tensor: torch.Tensor) -> str:
+    """One log line: shape, dtype, min / max / mean over the finite entries, count of non-finite ones."""
+    values = tensor.double()
+    finite = values[values.isfinite()]
+    stats = f"min {finite.min():+8.3f} max {finite.max():+8.3f} mean {finite.mean():+8.3f}" if finite.numel() else ""
+    return (f"{name:17s} {str(tuple(tensor.shape)):8s} {str(tensor.dtype).removeprefix('torch.'):8s} "
+            f"{stats:44s} nonfinite {int((~values.isfinite()).sum())}")
+
+
+print(describe("rewards", torch.tensor([0.0, 1.0, math.nan])))
+
+# %% [markdown]
+# Two prompts x four samples (B = 2, G = 4), the same seed for both twins (`nb01.tiny_rollout` calls the twin's
+# `setup_run` and one `rollout`):
+
+# %%
+tiny = {}
 for module in (grpo_buggy, grpo_fixed):
-    batch, stats, *_ = nb01.tiny_rollout(module, prompts_per_batch=2, group_size=4)
+    batch, stats, *_ = tiny[module.__name__] = nb01.tiny_rollout(module, prompts_per_batch=2, group_size=4)
     print(f"--- {module.__name__}")
     for name, tensor in batch.items():
-        print(nb01.describe(name, tensor))
-    print(f"logprob_gap {stats['logprob_gap']:.4f}   adv_nonfinite {stats['adv_nonfinite']}")
+        print(describe(name, tensor))
+    print(f"logprob_gap {stats['logprob_gap']:.4f} (healthy {render_range('logprob_gap')})   "
+          f"adv_nonfinite {stats['adv_nonfinite']} (healthy {render_range('adv_nonfinite')})")
     print("rewards (B, G):   ", [[f"{r:.2f}" for r in row] for row in batch["rewards"].view(2, 4).tolist()])
     print("advantages (B, G):", [[f"{a:+.2f}" for a in row] for row in batch["advantages"].view(2, 4).tolist()])
+buggy_stats, fixed_stats = tiny["grpo_buggy"].stats, tiny["grpo_fixed"].stats
+assert buggy_stats["adv_nonfinite"] == 6 and fixed_stats["adv_nonfinite"] == 0
+assert not grpo_fixed.in_range(buggy_stats, "logprob_gap") and fixed_stats["logprob_gap"] == 0.0
+pairs = tiny["grpo_buggy"].batch["advantages"].view(-1, 2)  # (B*G/2, 2): consecutive samples
+assert all(row.isnan().all() or row.sum() == 0 for row in pairs)  # each pair is NaN or centred on its own
 
 # %% [markdown]
 # Three lines of that log should stop a careful reader:
 # - **`advantages` has 6 non-finite values** in the buggy twin, 0 in the fixed one.
-# - **`sampler_logprobs` and `old_logprobs` differ** in the buggy twin (`logprob_gap` 0.196): both are the
-#   log-prob of the same token under the same weights before any update, so they must be equal (the fixed
-#   twin's gap is 0.0000). Sections 7 (B6) and 11 (B10) explain it.
-# - The buggy advantages table has NaN and +-1 in **pairs**, not per row of 4: the group of 4 was not the
-#   unit that got normalised (B9, section 10), and a pair of equal rewards gives NaN (B2, section 3).
+# - **`sampler_logprobs` and `old_logprobs` differ** in the buggy twin (`logprob_gap` 0.1960, outside its healthy
+#   range): both are the log-prob of the same token under the same weights before any update, so they must be
+#   equal (the fixed twin's gap is exactly 0). notebook 01 §7 (B6) and notebook 01 §11 (B10) explain it.
+# - The buggy advantages table has NaN and +-1 in **pairs**, not per row of 4: the group of 4 was not the unit
+#   that got normalised (B9, notebook 01 §10), and a pair of equal rewards gives NaN (B2, notebook 01 §3).
 #
-# ### 1.2 Hand calculation first, then the edges
+# ### 1.2 Hand calculation first
 # $A_i = (r_i - \bar r)/(\sigma + \epsilon)$. For $r = (0, 1, 0, 1)$: $\bar r = 0.5$, $\sigma = 0.5$, so
 # $A = (-1, 1, -1, 1)$ on paper.
 
 # %%
-hand = [-1.0, 1.0, -1.0, 1.0]
+hand = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64)
+off = {}
 for module in (grpo_buggy, grpo_fixed):
     adv = module.group_advantage([0.0, 1.0, 0.0, 1.0])
+    off[module.__name__] = (adv - hand).abs().max().item()
     print(f"{module.__name__:11s} {[f'{a:+.6f}' for a in adv.tolist()]}  max |code - hand| = "
-          f"{max(abs(a - h) for a, h in zip(adv.tolist(), hand, strict=True)):.1e}")
+          f"{off[module.__name__]:.1e}")
+EPS = inspect.signature(grpo_fixed.group_advantage).parameters["eps"].default  # the advantage's epsilon
+sigma = 0.5
+assert off["grpo_buggy"] == 0.0 and math.isclose(off["grpo_fixed"], EPS / sigma, rel_tol=1e-6)
 
 # %% [markdown]
 # Both twins agree with the hand calculation on the easy case (the fixed twin's $2\cdot10^{-8}$ is
-# $\epsilon/\sigma$, the price of the epsilon): **silent bugs live at the edges**, so the tiny
-# input must be an edge case. `grpo_fixed.preflight` is that list of edge cases, written as probes (tiny
-# inputs with a known answer). It runs on either twin, and on each single-bug hybrid:
+# $\epsilon/\sigma$, the price of the epsilon): **silent bugs live at the edges**, so the tiny input must be an
+# edge case.
+#
+# ### 1.3 The edges, written as probes
+# `grpo_fixed.preflight` is that list of edge cases, written as probes (tiny inputs with a known answer). It runs
+# on either twin, and on each single-bug hybrid:
 
 # %%
 print("preflight(grpo_buggy) fails:")
 for name in grpo_fixed.preflight(grpo_buggy):
     print("  -", name)
 print("\nsingle-bug hybrids:")
-for b in BUG_IDS:
-    print(f"  {b:4s} {grpo_fixed.preflight(HYBRID[b]) or '(passes every probe)'}")
+probe_failures = {b: grpo_fixed.preflight(HYBRID[b]) for b in BUG_IDS}
+for b, failed in probe_failures.items():
+    print(f"  {b:4s} {failed or '(passes every probe)'}")
+assert [b for b, failed in probe_failures.items() if not failed] == ["B3", "B6", "B9", "B10"]
 
 # %% [markdown]
 # Seven bugs fail a preflight probe. **B3, B6, B9 and B10 pass every probe**: they live in the training loop
 # (which tensors get compared, grouped or divided by the temperature), so they show up in the training
-# statistics instead (section 13 lists which health check fires for each run).
+# statistics instead (notebook 01 §13 lists which health check fires for each run), and B9 only for some batch
+# shapes (notebook 01 §10).
 #
-# > **You should know.** Print shapes and stats of every tensor of one tiny batch; check invariants that
-# > are *exactly* true (equal log-probs, zero-mean groups, ratio 1); hand-calculate one small case; then
-# > attack the edges (constant, all-masked, huge, negative, T != 1, B != G).
+# > **You should know.** Print shapes and stats of every tensor of one tiny batch; check invariants that are
+# > *exactly* true (equal log-probs, zero-mean groups, ratio 1); hand-calculate one small case; then attack the
+# > edges (constant, all-masked, huge, negative, T != 1, a group size that the number of prompts does not
+# > divide).
 #
 # <details><summary>Why is "runs without an exception" such weak evidence for an RL trainer?</summary>
 #
@@ -144,27 +205,47 @@ for b in BUG_IDS:
 # which is linear in $z$, gives the arg-min token probability exactly 0, and is unchanged by any temperature
 # $z \to z/T$ (the $1/T$ cancels between numerator and denominator).
 #
-# **Tiny input.** Logits $(2, 1, 0, -1, -2)$, 20000 draws. By hand, $q = (4, 3, 2, 1, 0)/10$.
+# **Tiny input.** Logits $(2, 1, 0, -1, -2)$, 20000 draws. By hand, $q = (4, 3, 2, 1, 0)/10$. The test of a
+# sampler is its empirical frequencies:
 
 # %%
+def sampling_frequencies(module, logits: torch.Tensor, n: int = grpo_fixed.PROBE_DRAWS, seed: int = 0):
+    """Empirical frequency of each token id in n draws of module.sample_from_logits(logits). (V,)"""
+    draws = module.sample_from_logits(logits, n, generator=torch.Generator().manual_seed(seed))  # (n,)
+    return torch.bincount(draws, minlength=logits.shape[-1]).double() / n
+
+
 logits = nb01.TOY_LOGITS  # (V,) = (5,)
-print("softmax (hand):", [f"{p:.4f}" for p in torch.softmax(logits, -1).tolist()])
-print("q (hand):      ", [f"{q:.4f}" for q in ((logits - logits.min()) / (logits - logits.min()).sum()).tolist()])
+p = torch.softmax(logits.double(), -1)  # (V,)
+q = (logits - logits.min()).double() / (logits - logits.min()).sum()  # (V,)
+print("softmax (hand):", [f"{x:.4f}" for x in p.tolist()])
+print("q (hand):      ", [f"{x:.4f}" for x in q.tolist()])
+freq = {}
 for module in (grpo_buggy, grpo_fixed):
-    freq = nb01.sampling_frequencies(module, logits)  # (V,)
-    print(f"{module.__name__:11s}    {[f'{f:.4f}' for f in freq.tolist()]}")
+    freq[module.__name__] = sampling_frequencies(module, logits)  # (V,)
+    print(f"{module.__name__:11s}    {[f'{f:.4f}' for f in freq[module.__name__].tolist()]}")
+assert (freq["grpo_buggy"] - q).abs().max() < grpo_fixed.SAMPLING_TOL and freq["grpo_buggy"][-1] == 0
+assert (freq["grpo_fixed"] - p).abs().max() < grpo_fixed.SAMPLING_TOL
 
 # %% [markdown]
 # Move the temperature: the fixed sampler follows the softmax (grey dots), the buggy one does not move at all.
 
 # %%
+fig_sampling, update_sampling = nb01.sampling_figure(sampling_frequencies)
+w_temperature = live_plot(fig_sampling, update_sampling, temperature=slider(1.0, 0.1, 3.0, 0.05, "temperature"))
+
+# %%
 # NBVAL_IGNORE_OUTPUT
-w_temperature = live_figure(nb01.draw_sampling, temperature=slider(1.0, 0.1, 3.0, 0.05, "temperature"))
 display(w_temperature)
 
 # %%
-result = set_value(w_temperature, "temperature", 0.25)
-print("T = 0.25  total-variation distance to softmax:", {k: f"{v:.4f}" for k, v in result.items()})
+tv = {}
+for t in (1.0, 0.25):
+    tv[t] = set_value(w_temperature, "temperature", t)
+    print(f"T = {t:.2f}  total-variation distance to softmax(logits / T): "
+          + ", ".join(f"{k} {v:.4f}" for k, v in tv[t].items()))
+assert tv[0.25]["grpo_buggy"] > 0.5 and tv[0.25]["grpo_fixed"] < grpo_fixed.SAMPLING_TOL
+assert torch.equal(sampling_frequencies(grpo_buggy, logits / 0.25), freq["grpo_buggy"])  # T changes nothing
 
 # %% [markdown]
 # A static view of the same fact: the probability of the top token as the temperature changes.
@@ -173,7 +254,7 @@ print("T = 0.25  total-variation distance to softmax:", {k: f"{v:.4f}" for k, v 
 temperatures = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0]
 fig, (ax_b, ax_f) = buggy_vs_fixed("frequency of the top token (logits [2, 1, 0, -1, -2] / T)", figsize=(8, 2.6))
 for ax, module, color in ((ax_b, grpo_buggy, BUGGY), (ax_f, grpo_fixed, FIXED)):
-    top = [nb01.sampling_frequencies(module, logits / t, n=4000)[0].item() for t in temperatures]
+    top = [sampling_frequencies(module, logits / t, n=4000)[0].item() for t in temperatures]
     ax.plot(temperatures, [torch.softmax(logits / t, -1)[0].item() for t in temperatures], "--", color=REFERENCE,
             label="softmax")
     ax.plot(temperatures, top, "o-", color=color, label="sampled")
@@ -185,7 +266,7 @@ plt.show()
 # %% [markdown]
 # **Log symptom.** Nothing in the per-iteration stats names it: `sampler_logprobs` are computed with
 # `log_softmax`, so they describe a distribution the tokens were *not* drawn from, and every log-prob-based
-# stat still looks healthy. Temperature sweeps "do nothing", and the reward plateaus (section 13).
+# stat still looks healthy. Temperature sweeps "do nothing", and the reward plateaus (notebook 01 §13).
 # **Caught by** the preflight probe *sampling frequencies match softmax(logits)*.
 #
 # > **You should know.** `torch.multinomial` takes non-negative *weights*, so it happily accepts shifted logits
@@ -207,10 +288,15 @@ plt.show()
 
 # %%
 cases = {"constant": [0.5, 0.5, 0.5, 0.5], "huge": [1.7e308, 1.7e308, 1e308], "1e-12 apart": [1, 1, 1, 1 + 1e-12]}
+edge = {}
 for label, rewards in cases.items():
     for module in (grpo_buggy, grpo_fixed):
-        adv = module.group_advantage(rewards)
+        adv = edge[label, module.__name__] = module.group_advantage(rewards)
         print(f"{label:12s} {module.__name__:11s} {[f'{a:+.4g}' for a in adv.tolist()]}")
+assert edge["constant", "grpo_buggy"].isnan().all() and (edge["constant", "grpo_fixed"] == 0).all()
+assert edge["huge", "grpo_buggy"].isnan().all() and edge["huge", "grpo_fixed"].isfinite().all()
+assert math.isclose(edge["1e-12 apart", "grpo_buggy"].max().item(), math.sqrt(3), rel_tol=1e-3)
+assert math.isclose(edge["1e-12 apart", "grpo_fixed"].max().item(), 7.5e-5, rel_tol=1e-3)
 
 # %% [markdown]
 # The third case is the quiet cousin of the NaN: without $\epsilon$ a difference of $10^{-12}$ (float noise)
@@ -220,16 +306,25 @@ for label, rewards in cases.items():
 # Slide the spread of the group to 0 and watch the buggy advantages become NaN:
 
 # %%
+def spread_group(spread: float) -> list[float]:
+    """A group of 4 rewards around 0.5 whose max - min is `spread`."""
+    return [0.5 - spread / 2, 0.5 - spread / 6, 0.5 + spread / 6, 0.5 + spread / 2]
+
+
+fig_spread, update_spread = nb01.spread_figure(spread_group)
+w_spread = live_plot(fig_spread, update_spread, spread=slider(0.0, 0.0, 1.0, 0.05, "spread"))
+
+# %%
 # NBVAL_IGNORE_OUTPUT
-w_spread = live_figure(nb01.draw_group_spread, spread=slider(0.0, 0.0, 1.0, 0.05, "spread"))
 display(w_spread)
 
 # %%
-lines = []
+at_spread = {}
 for spread in (0.5, 0.0):
-    result = set_value(w_spread, "spread", spread)
-    lines.append(f"spread {spread:.2f}: " + "  ".join(f"{k} {[f'{a:+.3f}' for a in v]}" for k, v in result.items()))
-print("\n".join(lines))
+    at_spread[spread] = set_value(w_spread, "spread", spread)
+    print(f"spread {spread:.2f}: " + "  ".join(f"{k} {[f'{a:+.3f}' for a in v]}" for k, v in at_spread[spread].items()))
+assert all(math.isnan(a) for a in at_spread[0.0]["grpo_buggy"]) and at_spread[0.0]["grpo_fixed"] == [0.0] * 4
+assert max(abs(a - b) for a, b in zip(*at_spread[0.5].values(), strict=True)) < 1e-6  # eps is invisible here
 
 # %% [markdown]
 # The slider cannot show the region between $10^{-15}$ and $10^{-6}$; this plot does (log axis), with the
@@ -239,9 +334,9 @@ print("\n".join(lines))
 spreads = [10.0**k for k in range(-15, 1)]
 fig, (ax_b, ax_f) = buggy_vs_fixed("largest |advantage| of the group as the spread shrinks", figsize=(8, 2.6))
 for ax, module, color in ((ax_b, grpo_buggy, BUGGY), (ax_f, grpo_fixed, FIXED)):
-    ax.semilogx(spreads, [module.group_advantage(nb01.spread_group(s)).abs().max().item() for s in spreads], "o-",
+    ax.semilogx(spreads, [module.group_advantage(spread_group(s)).abs().max().item() for s in spreads], "o-",
                 color=color)
-    at_zero = module.group_advantage(nb01.spread_group(0.0)).abs().max().item()
+    at_zero = module.group_advantage(spread_group(0.0)).abs().max().item()
     ax.text(1e-15, 0.2, f"spread 0: {at_zero:.3g}", color=color)
     ax.axvline(1e-8, color=REFERENCE, ls=":", lw=1)
     ax.set_xlabel("spread (max - min reward); dotted: eps = 1e-8")
@@ -251,7 +346,7 @@ plt.show()
 # %% [markdown]
 # **Log symptom.** `adv_nonfinite > 0`, then a NaN loss; `optimizer_step` skips non-finite steps, so the
 # `nonfinite_steps` stat counts minibatches silently thrown away. Constant groups become *more* common as the
-# policy gets good (`zero_var_groups` -> 1), so the bug bites harder the better training goes (section 13
+# policy gets good (`zero_var_groups` -> 1), so the bug bites harder the better training goes (notebook 01 §13
 # counts the skipped steps of the B2 run). **Caught by** `adv_nonfinite`, health check *advantages finite*,
 # preflight *constant reward group gives finite advantages*.
 #
@@ -280,11 +375,15 @@ plt.show()
 # %%
 inner = {}
 for label, module in (("B3", HYBRID["B3"]), ("fixed", grpo_fixed)):
-    batch, _, policy, cfg, gen = nb01.tiny_rollout(module, prompts_per_batch=4, group_size=8)
-    records = module.update_policy(policy, torch.optim.Adam(policy.parameters(), lr=cfg.lr), batch, cfg, gen)
+    run = nb01.tiny_rollout(module, prompts_per_batch=4, group_size=8)
+    records = module.update_policy(run.policy, run.optimizer, run.batch, run.cfg, run.generator)
     inner[label] = [(r["ratio"] - 1).abs().max().item() for r in records]
     print(f"{label:5s} max|ratio - 1| per inner step {[f'{d:.4f}' for d in inner[label]]}   "
           f"clipped tokens {[r['clipped_pos'] + r['clipped_neg'] for r in records]}")
+cfg = run.cfg
+print(f"healthy ratio_last_maxdev {render_range('ratio_last_maxdev')}")
+assert inner["B3"] == [0.0] * 4 and not grpo_fixed.in_range({"ratio_last_maxdev": inner["B3"][-1]}, "ratio_last_maxdev")
+assert inner["fixed"][0] == 0.0 and min(inner["fixed"][1:]) > cfg.clip
 
 # %%
 fig, (ax_b, ax_f) = buggy_vs_fixed("max |ratio - 1| at each inner step of one update", figsize=(8, 2.4))
@@ -293,16 +392,18 @@ for ax, label, color in ((ax_b, "B3", BUGGY), (ax_f, "fixed", FIXED)):
     if max(inner[label]) == 0:
         ax.text(2.5, 0.1, "exactly 0 at every step", color=color, ha="center")
     ax.axhline(cfg.clip, color=REFERENCE, ls=":", lw=1)
-    ax.set_xlabel("inner step (dotted: clip radius 0.2)")
+    ax.set_xlabel(f"inner step (dotted: clip radius {cfg.clip})")
 ax_b.set_ylabel("max |ratio - 1|")
 plt.show()
 
 # %% [markdown]
-# **Log symptom.** `ratio_last_maxdev` stays exactly 0 and `clip_frac_pos` / `clip_frac_neg` stay 0 for the
-# whole run. **Caught by** the health check *ratio moves after updates* (no preflight probe can see it: the
-# bug is in the loop, not in a building block). What it costs: the clipped trust region is gone, which matters
-# when the policy moves far within one batch; section 13 shows its final reward here and notebook 02 shows the
-# ratio's regime (more inner epochs, a larger learning rate).
+# The fixed twin's ratio is exactly 1 at the first inner step and moves past the clip radius from the second
+# step on; B3's stays exactly 1 throughout. **Log symptom.** `ratio_last_maxdev` stays exactly 0 (below its
+# healthy range, printed above) and `clip_frac_pos` / `clip_frac_neg` stay 0 for the whole run. **Caught by**
+# the health check *ratio moves after updates* (no preflight probe can see it: the bug is in the loop, not in a
+# building block). What it costs: the clipped trust region is gone, which matters when the policy moves far
+# within one batch; notebook 01 §13 shows its final reward here and notebook 02 shows the ratio's regime (more
+# inner epochs, a larger learning rate).
 #
 # > **You should know.** The ratio is exactly 1 at the first inner step and must *move* afterwards. A ratio
 # > that is always 1 means $\pi_{\text{old}}$ is not the behaviour policy.
@@ -325,31 +426,43 @@ plt.show()
 # **Tiny input.** Two tokens, $\log\pi = \log\pi_{\text{old}} = 0$ (so $\rho = 1$), $A = 2$:
 
 # %%
+grad_at_1 = {}
 for label, module in (("B4", HYBRID["B4"]), ("fixed", grpo_fixed)):
     logp = torch.zeros(1, 2, requires_grad=True)  # (N, T) = (1, 2)
     loss = module.grpo_loss(logp, torch.zeros(1, 2), torch.tensor([2.0]), torch.ones(1, 2, dtype=torch.bool))
     loss.backward()
+    grad_at_1[label] = logp.grad[0].tolist()
     print(f"{label:5s} loss {loss.item():+.4f}   d loss / d logp {[f'{g:+.4f}' for g in logp.grad[0]]}")
+assert grad_at_1 == {"B4": [0.0, 0.0], "fixed": [-1.0, -1.0]}
 
 # %%
 ratios = torch.linspace(0.5, 1.5, 41)  # (R,)
+objective = {}
 fig, (ax_b, ax_f) = buggy_vs_fixed("surrogate objective min(...) of one token vs ratio", figsize=(8, 2.8))
-for ax, module in ((ax_b, HYBRID["B4"]), (ax_f, grpo_fixed)):
+for ax, label, module in ((ax_b, "B4", HYBRID["B4"]), (ax_f, "fixed", grpo_fixed)):
     for adv, style in ((2.0, "-"), (1.0, "--"), (-1.0, "-.")):
-        objective = [-module.grpo_loss(torch.log(r).view(1, 1), torch.zeros(1, 1), torch.tensor([adv]),
-                                       torch.ones(1, 1, dtype=torch.bool)).item() for r in ratios]
-        ax.plot(ratios, objective, style, label=f"A = {adv:+.0f}")
+        objective[label, adv] = torch.tensor([
+            -module.grpo_loss(torch.log(r).view(1, 1), torch.zeros(1, 1), torch.tensor([adv]),
+                              torch.ones(1, 1, dtype=torch.bool)).item() for r in ratios])  # (R,)
+        ax.plot(ratios, objective[label, adv], style, label=f"A = {adv:+.0f}")
     ax.set_xlabel("ratio")
 ax_b.set_ylabel("objective (= -loss)")
 ax_b.legend(fontsize="small")
 plt.show()
+assert torch.allclose(objective["B4", 1.0], objective["fixed", 1.0])  # A = 1: the two forms coincide
+flat = ratios >= 0.6  # where rho * A = 2 rho reaches 1.2
+assert torch.allclose(objective["B4", 2.0][flat], torch.tensor(1.2))  # A = 2: flat, no gradient, ratio 1 included
+assert objective["B4", 2.0][~flat].max() < 1.2
+assert torch.allclose(objective["B4", -1.0], -ratios)  # A = -1: always the unclipped rho * A
+assert not torch.allclose(objective["fixed", -1.0], -ratios)  # the fixed one clips it below 1 - c
 
 # %% [markdown]
 # For $A = +1$ both curves agree (the product equals the ratio). For $A = 2$ the buggy objective is flat at
-# 1.2 everywhere: no gradient at all. For $A = -1$ the buggy clamp of a negative number to $[0.8, 1.2]$ is
-# always 0.8, so the min always picks $\rho A$: negative advantages are never clipped. **Log symptom.** None
-# of the ratio stats see it (they are computed from the ratio, not from the loss); the reward lags (section
-# 13). **Caught by** preflight *loss gradient at ratio 1 is -A/n*.
+# 1.2 for every ratio from 0.6 up (where $\rho A = 2\rho$ reaches 1.2), ratio 1 included: no gradient there.
+# For $A = -1$ the buggy clamp of a negative number to $[0.8, 1.2]$ is always 0.8, so the min always picks
+# $\rho A$: negative advantages are never clipped. **Log symptom.** None of the ratio stats see it (they are
+# computed from the ratio, not from the loss); the reward lags (notebook 01 §13). **Caught by** preflight
+# *loss gradient at ratio 1 is -A/n*.
 #
 # > **You should know.** Clip the ratio, then multiply by $A$. For $A < 0$ the pessimistic min picks the
 # > other side of the clip, which is why the order matters.
@@ -370,51 +483,85 @@ plt.show()
 # padding in both the sum and the count.
 #
 # **Tiny input.** A 4x8 batch of per-token values $1, 2, \dots, 8$ along each row; the last tokens of every
-# row are padding and hold garbage. With finite garbage (0.0), B5 is right and only the naive mean is biased;
-# B5 breaks only when everything is masked:
+# row are padding and hold garbage. Three estimates of the mean over the real tokens, beside the truth:
 
 # %%
-# a static view: finite padding (the slider below starts from -inf padding)
-estimates = nb01.draw_masked_mean(0.5, "0.0 (finite garbage)")
-for f in (0.5, 1.0):
-    row = nb01.masked_estimates(f, 0.0)
+PADDING = {"-inf": -math.inf, "0.0": 0.0}
+"""what the masked positions hold: -inf (the log of an underflowed softmax) or finite garbage"""
+
+
+def padded_batch(masked_fraction: float, padding: float, rows: int = 4, width: int = 8):
+    """Per-token values 1, 2, ..., width along each row; the last round(f * width) tokens of every row masked
+    and overwritten with `padding`. -> values (rows, width), mask (rows, width)."""
+    n_real = round((1 - masked_fraction) * width)
+    mask = (torch.arange(width) < n_real).expand(rows, width)  # (rows, width)
+    values = torch.arange(1, width + 1, dtype=torch.float32).expand(rows, width)  # (rows, width)
+    return torch.where(mask, values, torch.tensor(padding)), mask
+
+
+def masked_estimates(masked_fraction: float, padding: float) -> dict:
+    """The hand-calculated truth and three estimates of the mean over real tokens (in this order)."""
+    values, mask = padded_batch(masked_fraction, padding)
+    real = values[mask]
+    return {
+        "truth": real.mean().item() if real.numel() else 0.0,
+        "naive values.mean()": values.mean().item(),
+        "B5 (values*mask).sum()/mask.sum()": grpo_buggy.masked_mean(values, mask).item(),
+        "fixed masked_mean": grpo_fixed.masked_mean(values, mask).item(),
+    }
+
+
+finite_rows = {f: masked_estimates(f, PADDING["0.0"]) for f in (0.5, 1.0)}
+for f, row in finite_rows.items():
     print(f"masked {f:.2f}, padding 0.0: " + "  ".join(f"{k} {v:.4f}" for k, v in row.items()))
+assert finite_rows[0.5]["naive values.mean()"] == 1.25 and finite_rows[0.5]["truth"] == 2.5
+assert finite_rows[0.5]["B5 (values*mask).sum()/mask.sum()"] == 2.5
+assert math.isnan(finite_rows[1.0]["B5 (values*mask).sum()/mask.sum()"]) and finite_rows[1.0]["fixed masked_mean"] == 0
 
 # %% [markdown]
-# Now padding that holds $-\infty$ (a log-prob of a padding token computed as `log(softmax)` that underflowed,
-# section 8, or any garbage a padded position happens to hold). Slide the masked fraction:
+# With finite garbage (0.0) the naive mean is biased toward the padding value (at half masked: 1.25 instead of
+# 2.5) and B5 is exact until everything is masked (0/0 = NaN). Now padding that holds $-\infty$ (a log-prob of a
+# padding token computed as `log(softmax)` that underflowed, notebook 01 §8, or any garbage a padded position
+# happens to hold). Slide the masked fraction, and switch the padding:
+
+# %%
+fig_masked, update_masked = nb01.masked_mean_figure(masked_estimates, PADDING)
+w_masked = live_plot(fig_masked, update_masked,
+                     masked_fraction=slider(0.5, 0.0, 1.0, 0.125, "masked fraction"),
+                     padding=widgets.ToggleButtons(options=list(PADDING), value="-inf", description="padding"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-w_masked = live_figure(nb01.draw_masked_mean, masked_fraction=slider(0.5, 0.0, 1.0, 0.125, "masked fraction"),
-                       padding=list(nb01.PADDING))
 display(w_masked)
 
 # %%
-lines = []
-for f in (0.0, 0.125, 0.5, 1.0):  # the slider drives f = 0.125; the other rows call the same function directly
-    row = set_value(w_masked, "masked fraction", f) if f == 0.125 else nb01.masked_estimates(f, -math.inf)
-    lines.append(f"masked {f:.3f}, padding -inf: " + "  ".join(f"{k} {v:.4f}" for k, v in row.items()))
-print("\n".join(lines))
+inf_rows = {f: set_value(w_masked, "masked fraction", f) for f in (0.0, 1.0, 0.5, 0.125)}  # ends at 0.125
+for f in sorted(inf_rows):
+    print(f"masked {f:.3f}, padding -inf: " + "  ".join(f"{k} {v:.4f}" for k, v in inf_rows[f].items()))
+assert len(set(inf_rows[0.0].values())) == 1 and inf_rows[0.0]["truth"] == 4.5  # nothing masked: all agree
+assert math.isnan(inf_rows[0.125]["B5 (values*mask).sum()/mask.sum()"])  # one masked token per row is enough
+assert all(row["naive values.mean()"] == -math.inf for f, row in inf_rows.items() if f > 0)
+assert all(row["fixed masked_mean"] == row["truth"] for row in inf_rows.values())
 
 # %% [markdown]
-# With $-\infty$ padding, **one** masked token is enough to turn B5's mean into NaN (masked fraction 0.125),
-# and the naive mean is $-\infty$; at fraction 0 all three agree with the hand value 4.5. With finite padding,
-# the naive mean is biased toward the padding value (at half masked: 1.25 instead of 2.5) and B5 is exact
-# until everything is masked (0/0 = NaN). The all-masked case in the loss itself:
+# With $-\infty$ padding, **one** masked token per row is enough to turn B5's mean into NaN (masked fraction
+# 0.125), and the naive mean is $-\infty$; at fraction 0 all three agree with the hand value 4.5. The fixed
+# `masked_mean` equals the truth everywhere. The all-masked case in the loss itself:
 
 # %%
 all_masked = torch.zeros(2, 3, dtype=torch.bool)  # (N, T): nothing generated
+all_masked_loss = {}
 for label, module in (("B5", HYBRID["B5"]), ("fixed", grpo_fixed)):
-    loss = module.grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2), all_masked)
-    print(f"{label:5s} all-masked loss {loss.item() + 0.0:+.4f}")  # + 0.0 turns -0.0 into 0.0
+    all_masked_loss[label] = module.grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2), all_masked).item()
+    print(f"{label:5s} all-masked loss {all_masked_loss[label] + 0.0:+.4f}")  # + 0.0 turns -0.0 into 0.0
+assert math.isnan(all_masked_loss["B5"]) and all_masked_loss["fixed"] == 0.0
 
 # %% [markdown]
 # **Honest scope.** Inside this trainer B5 never bites: `grpo_loss` and `kl_to_reference` zero the masked
 # log-ratios *before* calling `masked_mean`, and the first completion token is always generated (so no row
-# is fully masked). In section 13, B5's run ends at the fixed run's reward with no skipped step. **Log symptom** when it
-# does bite: a NaN loss with finite log-probs on every real token. **Caught by** preflight *all-masked loss is
-# finite*.
+# is fully masked). In notebook 01 §13, B5's run has the fixed run's reward at every iteration. **Log
+# symptom** when it does bite: a NaN loss with finite log-probs on every real token. **Caught by** preflight
+# *all-masked loss is finite*.
 #
 # > **You should know.** Masking by multiplication is only safe for finite values; select with `torch.where`
 # > and guard the denominator. `values.mean()` over a padded batch is a loss bias that grows with padding.
@@ -433,23 +580,46 @@ for label, module in (("B5", HYBRID["B5"]), ("fixed", grpo_fixed)):
 # $l + 1$. With $T$ completion tokens, the scoring logits are positions $-T-1, \dots, -2$ (`logits[:, -T-1:-1]`),
 # not the last $T$ (`logits[:, -T:]`, which scores each token with the prediction made *after* seeing it).
 #
-# **Tiny input.** A hand-made policy that is sure (logit 10 vs 0) that the next token is the current one + 1,
-# prompt `[1, 2]`, completion `[3, 4, 5]`. By hand the correct log-prob of each token is
+# **Tiny input.** A hand-made policy that is sure (logit 10 vs 0) that the next token is the current one + 1:
+
+# %%
+class NextTokenPolicy(torch.nn.Module):
+    """A hand-checkable 'policy': at every position it is sure the next token is (current + 1) mod V.
+    logits[n, l] = confidence * one_hot((tokens[n, l] + 1) mod V)   (N, L) -> (N, L, V).
+    The BOS id is V, so after BOS it predicts token 1 (= (V + 1) mod V)."""
+
+    def __init__(self, vocab_size: int = 6, confidence: float = 10.0):
+        super().__init__()
+        self.bos_id, self.vocab_size, self.confidence = vocab_size, vocab_size, confidence
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.confidence * torch.nn.functional.one_hot((tokens + 1) % self.vocab_size, self.vocab_size).float()
+
+
+policy = NextTokenPolicy(vocab_size=6, confidence=10.0)
+print("predicted next token after [BOS, 1, 2]:", policy(torch.tensor([[6, 1, 2]])).argmax(-1).tolist())
+
+# %% [markdown]
+# Prompt `[1, 2]`, completion `[3, 4, 5]`. By hand the correct log-prob of each token is
 # $-\log(1 + 5e^{-10}) \approx -0.0002$; scoring the wrong position gives $\approx -10.0002$.
 
 # %%
-policy = nb01.NextTokenPolicy(vocab_size=6, confidence=10.0)
 prompt, completion = torch.tensor([[1, 2]]), torch.tensor([[3, 4, 5]])  # (N, P), (N, T)
-print("hand:       ", f"{-math.log1p(5 * math.exp(-10)):+.4f}", f"{-10 - math.log1p(5 * math.exp(-10)):+.4f}")
+right, wrong = -math.log1p(5 * math.exp(-10)), -10 - math.log1p(5 * math.exp(-10))
+print("hand:       ", f"{right:+.4f}", f"{wrong:+.4f}")
+shifted = {}
 for label, module in (("B6", HYBRID["B6"]), ("fixed", grpo_fixed)):
-    logprobs = module.policy_logprobs(policy, prompt, completion, 1.0)  # (N, T)
-    print(f"{label:5s} logp {[f'{x:+.4f}' for x in logprobs[0].tolist()]}")
+    shifted[label] = module.policy_logprobs(policy, prompt, completion, 1.0)  # (N, T)
+    print(f"{label:5s} logp {[f'{x:+.4f}' for x in shifted[label][0].tolist()]}")
+assert torch.allclose(shifted["B6"], torch.tensor(wrong), atol=1e-5)  # float32: about 1e-6 absolute at |logit| 10
+assert torch.allclose(shifted["fixed"], torch.tensor(right), atol=1e-5)
 
 # %% [markdown]
 # The same bug in a real rollout shows up as a gap between the sampler's log-prob of each drawn token and the
 # training log-prob of that token (they must be equal before any update):
 
 # %%
+gap_b6 = {}
 fig, (ax_b, ax_f) = buggy_vs_fixed("sampler log-prob vs training log-prob of each generated token", figsize=(8, 2.8))
 for ax, label, module, color in ((ax_b, "B6", HYBRID["B6"], BUGGY), (ax_f, "fixed", grpo_fixed, FIXED)):
     batch, stats, *_ = nb01.tiny_rollout(module, prompts_per_batch=4, group_size=8)
@@ -457,16 +627,18 @@ for ax, label, module, color in ((ax_b, "B6", HYBRID["B6"], BUGGY), (ax_f, "fixe
     ax.plot(batch["sampler_logprobs"][mask], batch["old_logprobs"][mask], ".", color=color)
     ax.plot([-3, 0], [-3, 0], ":", color=REFERENCE)
     ax.set_xlabel(f"sampler log-prob  (logprob_gap {stats['logprob_gap']:.4f})")
+    gap_b6[label] = stats
     print(f"{label:5s} logprob_gap {stats['logprob_gap']:.4f}")
 ax_b.set_ylabel("training log-prob")
 plt.show()
+assert not grpo_fixed.in_range(gap_b6["B6"], "logprob_gap") and gap_b6["fixed"]["logprob_gap"] == 0.0
 
 # %% [markdown]
 # On an untrained policy the gap is modest (its predictions are nearly uniform); on a trained, confident one
-# it approaches the full logit gap, as the hand-made policy shows. **Log symptom** `logprob_gap` far above
-# 1e-4 from iteration 0. **Caught by** the health check *training log-probs match the sampler* (no preflight
-# probe: the building blocks are right, only their wiring is off by one). It costs a lot of reward
-# (section 13): the model is trained to raise the probability of the wrong prediction.
+# it approaches the full logit gap, as the hand-made policy shows. **Log symptom.** `logprob_gap` far outside its
+# healthy range from iteration 0. **Caught by** the health check *training log-probs match the sampler* (no
+# preflight probe: the building blocks are right, only their wiring is off by one). It costs a lot of reward
+# (notebook 01 §13): the model is trained to raise the probability of the wrong prediction.
 #
 # > **You should know.** Position $l$ predicts token $l+1$; shift logits and targets against each other
 # > once, and check with a policy whose answer you know.
@@ -478,7 +650,7 @@ plt.show()
 # </details>
 
 # %% [markdown]
-# ## 8. B7 — `log(softmax)` instead of `logits - logsumexp`
+# ## 8. B7 — `log(softmax)` instead of `log_softmax`
 # **Question.** What is $\log\pi(\text{token }0)$ for logits $(0, d)$ when $d$ is large?
 #
 # **Equation.** $\log\pi_0 = 0 - \mathrm{logsumexp}(0, d) = -d - \log(1 + e^{-d}) \approx -d$. Computing
@@ -490,16 +662,21 @@ plt.show()
 # %%
 big = torch.tensor([[[0.0, 200.0]]])  # (N, T, V) = (1, 1, 2)
 token0 = torch.tensor([[0]])  # (N, T)
+at_big = {}
 for label, module in (("B7", HYBRID["B7"]), ("fixed", grpo_fixed)):
-    print(f"{label:5s} logp(token 0 | logits [0, 200]) = {module.token_logprobs(big, token0).item():+.4f}   "
-          f"[0, 100]: {module.token_logprobs(big / 2, token0).item():+.4f}")
+    at_big[label] = module.token_logprobs(big, token0).item(), module.token_logprobs(big / 2, token0).item()
+    print(f"{label:5s} logp(token 0 | logits [0, 200]) = {at_big[label][0]:+.4f}   [0, 100]: {at_big[label][1]:+.4f}")
+assert at_big["B7"][0] == -math.inf and at_big["fixed"] == (-200.0, -100.0) and at_big["B7"][1] > -100.0
 gaps = torch.arange(0, 121, dtype=torch.float32)  # (D,)
+first_inf = {}
 for dtype in (torch.float16, torch.bfloat16, torch.float32):
     pair = torch.stack([torch.zeros_like(gaps), gaps], -1).to(dtype)[:, None, :]  # (D, 1, 2)
     buggy = grpo_buggy.token_logprobs(pair, torch.zeros(len(gaps), 1, dtype=torch.long))[:, 0]  # (D,)
     fixed = grpo_fixed.token_logprobs(pair, torch.zeros(len(gaps), 1, dtype=torch.long))[:, 0]
-    print(f"{str(dtype):15s} first gap with -inf: buggy {gaps[~buggy.isfinite()][0].item():.0f}, "
+    first_inf[dtype] = gaps[~buggy.isfinite()][0].item()
+    print(f"{str(dtype):15s} first gap with -inf: buggy {first_inf[dtype]:.0f}, "
           f"fixed {'none' if fixed.isfinite().all() else 'some'} (up to {gaps[-1].item():.0f})")
+assert first_inf == {torch.float16: 18, torch.bfloat16: 93, torch.float32: 104}
 
 # %%
 pair = torch.stack([torch.zeros_like(gaps), gaps], -1)[:, None, :]  # (D, 1, 2) float32
@@ -514,10 +691,10 @@ plt.show()
 
 # %% [markdown]
 # **Log symptom.** A `-inf` log-prob makes the ratio and the loss non-finite: `nonfinite_steps > 0`, a `kl`
-# of inf. **Regime.** Our tiny policy never gets that confident in a short run: the B7 run in section 13 has
-# no non-finite step and ends within noise of the fixed run (0.686 vs 0.679). It bites with large logits
-# (long training, big vocabularies) and much sooner in half precision (float16 from a gap of 18). **Caught
-# by** preflight *token log-probs finite for large logits*.
+# of inf. **Regime.** Our tiny policy never gets that confident in a short run: the B7 run in notebook 01 §13
+# has no non-finite step and the fixed run's reward at every iteration. It bites with large logits (long training,
+# big vocabularies) and much sooner in half precision (float16 from a gap of 18). **Caught by** preflight
+# *token log-probs finite for large logits*.
 #
 # > **You should know.** Never take `log` of a probability you computed; use `log_softmax` or
 # > `logits - logsumexp`, which are exact for any logit magnitude.
@@ -552,8 +729,11 @@ every = torch.ones(1, 3, dtype=torch.bool)
 kl = (logp_pi.exp() * (logp_pi - logp_ref)).sum().item()
 chi2 = (logp_pi.exp() * (logp_pi - logp_ref).exp()).sum().item() - 1
 print(f"hand: KL(pi||ref) {kl:.4f}   chi2(pi||ref) - KL {chi2 - kl:.4f}")
+estimate = {}
 for label, module in (("B8", HYBRID["B8"]), ("fixed", grpo_fixed)):
-    print(f"{label:5s} estimator {module.kl_to_reference(logp_pi, logp_ref, every).item():.4f}")
+    estimate[label] = module.kl_to_reference(logp_pi, logp_ref, every).item()
+    print(f"{label:5s} estimator {estimate[label]:.4f}")
+assert math.isclose(estimate["fixed"], kl, rel_tol=1e-5) and math.isclose(estimate["B8"], chi2 - kl, rel_tol=1e-5)
 
 # %%
 sharpness = torch.linspace(0.0, 2.5, 26)  # scale s of the reference logits (s, 0, -s)
@@ -572,7 +752,7 @@ plt.show()
 # %% [markdown]
 # **Log symptom.** The logged `kl` measures the wrong quantity (6.0296 instead of 1.0443 above) but stays
 # $\ge 0$, so no sign check fires. **Regime.** With the default $\beta = 0.02$ the penalty is small and B8's
-# run ends close to the fixed one (section 13); notebook 04 shows what the KL term does at larger $\beta$.
+# run ends close to the fixed one (notebook 01 §13); notebook 04 shows what the KL term does at larger $\beta$.
 # **Caught by** preflight *KL estimator is unbiased for KL(pi || ref)*.
 #
 # > **You should know.** k3 $= r - \log r - 1$ with $r = \pi_{\text{ref}}/\pi$, on samples from $\pi$. It is
@@ -588,20 +768,23 @@ plt.show()
 # ## 10. B9 — groups reshaped along the wrong axis
 # **Question.** Rewards are laid out prompt-major, `[p0 x G, p1 x G, ...]`. What does `view(G, B)` group?
 #
-# **Equation.** Row $i$ of `view(G, B)` holds elements $iB, \dots, iB + B - 1$: consecutive samples that
-# straddle group boundaries whenever $B \ne G$. The baseline $\bar r$ then mixes prompts.
+# **Equation.** Sample $k$ answers prompt $\lfloor k/G \rfloor$. Row $i$ of `view(G, B)` holds samples
+# $iB, \dots, iB + B - 1$: $B$ consecutive samples, which stay inside one prompt's group exactly when no multiple
+# of $G$ falls strictly inside the row, for every row, that is when **$B$ divides $G$**. Otherwise the rows
+# straddle group boundaries and the baseline $\bar r$ mixes prompts.
 #
-# **Tiny input.** An easy prompt and a hard one, $G = 3$ samples each. By hand, the hard prompt's best sample
-# (0.4, above its own mean 0.133) must get a **positive** advantage:
+# **Tiny input.** An easy prompt and a hard one, $G = 3$ samples each ($B = 2$ does not divide 3). By hand, the
+# hard prompt's best sample (0.4, above its own mean 0.133) must get a **positive** advantage:
 
 # %%
 rewards = torch.tensor([1.0, 0.6, 1.0, 0.4, 0.0, 0.0])  # (B*G,) = prompt 0 (easy) x 3, prompt 1 (hard) x 3
-print("buggy rows (view(G, B)):", rewards.view(3, 2).tolist())
+print("buggy rows (view(G, B)):", [[f"{r:.1f}" for r in row] for row in rewards.view(3, 2).tolist()])
 adv_b9 = HYBRID["B9"].batch_advantages(rewards, 3)  # (B*G,)
 adv_fixed = grpo_fixed.batch_advantages(rewards, 3)
 for label, adv in (("B9", adv_b9), ("fixed", adv_fixed)):
     print(f"{label:5s} advantages {[f'{a:+.3f}' for a in adv.tolist()]}   per-prompt mean "
           f"{[f'{m:+.3f}' for m in adv.view(2, 3).mean(1).tolist()]}")
+assert adv_b9[3] < 0 < adv_fixed[3]  # the hard prompt's best answer: pushed down by B9
 
 # %%
 fig, (ax_b, ax_f) = buggy_vs_fixed("advantages of [easy x 3, hard x 3]", figsize=(8, 2.6))
@@ -613,29 +796,170 @@ ax_b.set_ylabel("advantage (grey: hard prompt)")
 plt.show()
 
 # %% [markdown]
-# Sample 3 (the hard prompt's 0.4) gets $-1$ under B9 and $+1.414$ when fixed: the wrong sign, so the update
-# pushes *down* the best answer to the hard prompt. B9's advantages do not average to 0 per prompt (+0.333,
-# -0.333). Now the trick that hides it: **when $B = G$, `view(G, B)` and `view(B, G)` produce the same rows.**
+# Sample 3 (the hard prompt's 0.4) gets $-1$ under B9 and $+1.414$ when fixed: the wrong sign, so this sample's
+# update pushes *down* the best answer to the hard prompt. B9's advantages do not average to 0 per prompt
+# (+0.333, -0.333), which is what the logged `adv_group_mean` measures.
+#
+# ### 10.1 When is B9 invisible?
+# The health check *advantages centred per group* reads `adv_group_mean` (max |mean advantage| over each
+# prompt's group, computed by the trainer's `rollout_stats`). For each $(B, G)$: 5 random batches of EchoTask-like
+# rewards (multiples of 1/3), B9's advantages, in how many batches the check fires, and how far B9's advantages
+# are from the correct ones:
 
 # %%
-for B, G in ((8, 8), (16, 8)):
-    prompt_of = torch.arange(B * G) // G  # (B*G,) which prompt each sample answers
-    rows = [sorted(set(row)) for row in prompt_of.view(G, B).tolist()]
-    print(f"B={B:2d} G={G}: prompts in each buggy row {rows[:3]} ...")
+def logged_stats(rewards, advantages, group_size):
+    """rollout_stats of a batch that holds only rewards and advantages (B*G,) (one dummy token per sample)."""
+    n = rewards.shape[0]
+    zeros = torch.zeros(n, 1)  # (N, 1)
+    batch = dict(rewards=rewards, advantages=advantages, mask=torch.ones(n, 1, dtype=torch.bool),
+                 old_logprobs=zeros, sampler_logprobs=zeros, entropy=zeros)
+    return grpo_fixed.rollout_stats(batch, group_size)
+
+
+DRAWS = 5
+generator = torch.Generator().manual_seed(0)
+shapes = [(1, 4), (2, 4), (4, 4), (3, 4), (8, 4), (1, 8), (2, 8), (4, 8), (8, 8), (16, 8), (3, 8)]
+invisible = {}
+for B, G in shapes:
+    fired, max_diff, all_zero, identical = 0, 0.0, True, True
+    for _ in range(DRAWS):
+        r = torch.randint(0, 4, (B * G,), generator=generator).float() / 3  # (B*G,)
+        a_b9, a_fixed = HYBRID["B9"].batch_advantages(r, G), grpo_fixed.batch_advantages(r, G)
+        fired += not grpo_fixed.in_range(logged_stats(r, a_b9, G), "adv_group_mean")
+        max_diff = max(max_diff, (a_b9 - a_fixed).abs().max().item())
+        all_zero &= bool((a_b9 == 0).all())
+        identical &= torch.equal(a_b9, a_fixed)
+    invisible[B, G] = dict(divides=G % B == 0, fired=fired, max_diff=max_diff, all_zero=all_zero, identical=identical)
+print(f"adv_group_mean healthy {render_range('adv_group_mean')}")
+print(f"{'B':>3s} {'G':>2s}  B divides G  check fires  max|A_B9 - A|  B9 advantages")
+for (B, G), row in invisible.items():
+    what = "all exactly 0" if row["all_zero"] else "identical to fixed" if row["identical"] else "differ"
+    print(f"{B:3d} {G:2d}  {str(row['divides']):11s}  {row['fired']:d} of {DRAWS}       "
+          f"{row['max_diff']:10.3f}   {what}")
+assert all(row["fired"] == (0 if row["divides"] else DRAWS) for row in invisible.values())  # invisible iff B | G
+assert all(row["identical"] == (B == G) for (B, G), row in invisible.items())  # correct exactly when B == G
+assert all(row["all_zero"] == (B == 1) for (B, G), row in invisible.items())
+assert all(row["max_diff"] > 0.5 for (B, G), row in invisible.items() if B != G)  # wrong whenever B != G
 
 # %% [markdown]
-# The ablation in section 13 uses $B = G = 8$, so its B9 run is *exactly* the fixed run; the default config
-# ($B = 16$) mixes two prompts per row (printed above). **Log symptom.** `adv_group_mean` > 0 (advantages
-# not centred per prompt). **Caught by** the health check *advantages centred per group* (whenever $B \ne G$).
+# What the table shows, case by case:
+# - **$B = G$**: `view(G, B)` and `view(B, G)` are the same (G, G) tensor, so B9 computes *exactly* the correct
+#   advantages: at $B = G$ it is not a bug at all, and nothing can or needs to catch it.
+# - **$B$ divides $G$, $B < G$** (e.g. $B = 2$, $G = 8$): each wrong row is a slice of $B$ samples of one prompt,
+#   normalised on its own. Every slice is centred, so every group is centred and the check never fires, yet the
+#   advantages are wrong (each slice has its own baseline and its own std).
+# - **$B = 1$**: each wrong row holds one sample, a constant "group": every advantage is exactly 0 and the
+#   policy gradient vanishes. The centring check passes (0 is centred); the one that fires is *ratio moves after
+#   updates*, because nothing moves the policy (below).
+# - **$B$ does not divide $G$**: rows straddle prompts and the check fires (in every batch here).
+
+# %%
+run = nb01.tiny_rollout(HYBRID["B9"], prompts_per_batch=1)  # B = 1, G = 8
+records = HYBRID["B9"].update_policy(run.policy, run.optimizer, run.batch, run.cfg, run.generator)
+stats_b1 = {**run.stats, **grpo_fixed.summarize_inner_steps(records)}
+print(f"B = 1: rewards {[f'{r:.2f}' for r in run.batch['rewards'].tolist()]}")
+print(f"       advantages {run.batch['advantages'].tolist()}   ratio_last_maxdev {stats_b1['ratio_last_maxdev']:.1e}")
+print("       health checks that fail:", grpo_fixed.check_health(stats_b1, run.cfg))
+assert (run.batch["advantages"] == 0).all() and run.batch["rewards"].unique().numel() > 1
+assert grpo_fixed.check_health(stats_b1, run.cfg) == ["ratio moves after updates"]
+
+# %% [markdown]
+# ### 10.2 What does mixing do to the update?
+# At the default $B = 16$, $G = 8$ every wrong row holds two prompts' groups. To see what that does *on average*,
+# we need many batches and a gradient we can compute exactly: each prompt is a 4-armed bandit (policy
+# $\pi_b = \mathrm{softmax}(\theta_b)$, arm rewards a permutation of $0, \frac13, \frac23, 1$), and one batch's
+# policy-gradient estimate for prompt $b$ is $\hat g_b = \frac1G \sum_i A_i \nabla_{\theta_b}\log\pi_b(a_i)$ with
+# $\nabla_{\theta_b}\log\pi_b(a) = e_a - \pi_b$. 2000 batches, advantages by the correct and by the mixed
+# grouping (vectorised here; checked against the trainer's `batch_advantages` on one batch), and the same batches
+# with binary rewards (arm 0 is right):
+
+# %%
+def group_normalise(rewards, rows):
+    """(M, B*G) -> (M, B*G): A = (r - mean) / (std + eps) within each of `rows` consecutive rows of every batch."""
+    x = rewards.reshape(rewards.shape[0], rows, -1).double()  # (M, rows, B*G/rows)
+    centred = x - x.mean(-1, keepdim=True)
+    return (centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + EPS)).reshape(rewards.shape).float()
+
+
+def mixing_effect(reward_table, arms, pi):
+    """Sign flips, per-prompt mean advantage and the gradient estimate's mean and noise, correct vs B9 grouping.
+    reward_table (B, K), arms (M, B, G) sampled from pi (B, K)."""
+    M, B, G = arms.shape
+    rewards = torch.gather(reward_table.expand(M, -1, -1), 2, arms).reshape(M, B * G)  # (M, B*G)
+    adv = {"fixed": group_normalise(rewards, B), "B9": group_normalise(rewards, G)}  # view(B, G) vs view(G, B)
+    assert torch.allclose(adv["fixed"][0], grpo_fixed.batch_advantages(rewards[0], G), atol=1e-6)
+    assert torch.allclose(adv["B9"][0], HYBRID["B9"].batch_advantages(rewards[0], G), atol=1e-6)
+    score = torch.nn.functional.one_hot(arms, pi.shape[1]).float() - pi[None, :, None, :]  # (M, B, G, K)
+    signal = adv["fixed"] != 0
+    out = {}
+    for label, a in adv.items():
+        g = (a.view(M, B, G, 1) * score).mean(2)  # (M, B, K): one batch's estimate
+        mean = g.mean(0)  # (B, K)
+        out[label] = dict(flips=((a.sign() != adv["fixed"].sign()) & signal).sum().item() / signal.sum().item(),
+                          prompt_mean=a.view(M, B, G).mean(-1).abs().mean().item(), mean=mean,
+                          noise=((g - mean).pow(2).sum((1, 2)).mean() / mean.pow(2).sum()).item())
+    cos = torch.nn.functional.cosine_similarity(out["B9"]["mean"].flatten(), out["fixed"]["mean"].flatten(), 0)
+    return out, cos.item()
+
+
+B, G, K, M = 16, 8, 4, 2000
+generator = torch.Generator().manual_seed(0)
+pi = torch.softmax(2.0 * torch.randn(B, K, generator=generator), -1)  # (B, K): prompts of different difficulty
+graded = torch.stack([torch.randperm(K, generator=generator) for _ in range(B)]).float() / (K - 1)  # (B, K)
+binary = (torch.arange(K) == 0).float().expand(B, K)  # (B, K)
+arms = torch.multinomial(pi.repeat_interleave(G, 0), M, replacement=True, generator=generator)  # (B*G, M)
+arms = arms.T.reshape(M, B, G)  # (M, B, G): batch m, prompt b, sample i
+mixing = {"graded": mixing_effect(graded, arms, pi), "binary": mixing_effect(binary, arms, pi)}
+print(f"{'rewards':8s} {'grouping':8s} {'sign flips':>10s} {'|prompt mean A|':>15s} {'noise / |E g|^2':>15s}"
+      "   cos(E g_B9, E g_fixed)")
+for name, (out, cos) in mixing.items():
+    for label, row in out.items():
+        print(f"{name:8s} {label:8s} {row['flips']:10.3f} {row['prompt_mean']:15.3f} {row['noise']:15.3f}"
+              + (f"   {cos:.3f}" if label == "B9" else ""))
+(graded_out, graded_cos), (binary_out, binary_cos) = mixing["graded"], mixing["binary"]
+assert graded_out["B9"]["flips"] > 0.05 and binary_out["B9"]["flips"] == 0  # sign flips need graded rewards
+healthy_mean = grpo_fixed.STATS["adv_group_mean"].hi
+assert all(out["fixed"]["prompt_mean"] <= healthy_mean < out["B9"]["prompt_mean"] for out, _ in mixing.values())
+assert min(graded_cos, binary_cos) > 0.95  # on average the update points the same way
+assert all(out["B9"]["noise"] <= out["fixed"]["noise"] for out, _ in mixing.values())  # no noisier here
+
+# %% [markdown]
+# What the numbers show at $B = 2G$:
+# - **Per sample, signs flip** with graded rewards (a sample that beat its own prompt's mean but not the pair's,
+#   like sample 3 above). With binary rewards **no sign can flip**: a reward of 1 is above any mixed mean below
+#   1 and a reward of 0 below any above 0; only the sizes change.
+# - **Per prompt, the advantages no longer average to 0** (column `|prompt mean A|`): an easy prompt's samples get
+#   an extra push up, a hard prompt's an extra push down.
+# - **On average the update barely changes**: the mean update points the same way as the correct one (cosine
+#   above 0.95, column on the right), and one batch's noise relative to its mean (`noise / |E g|^2`) is no
+#   larger than the correct grouping's here.
+#
+# Why, exactly: within one prompt, $A^{\text{B9}}_i = \frac{\sigma_b}{\sigma_{\text{mix}}} A_i +
+# \frac{\bar r_b - \bar r_{\text{mix}}}{\sigma_{\text{mix}}}$, the correct advantage rescaled plus an offset
+# shared by the prompt's samples. The offset multiplies $\sum_i \nabla\log\pi(a_i)$, whose expectation is 0
+# (apart from the sample's own reward being part of the means), so it adds noise to one batch, not a direction;
+# the rescale reweights prompts against each other (one reason the cosine is not exactly 1).
+# So at $B = 2G$, B9 is a wrong baseline more than a biased update: it scrambles single samples (signs with
+# graded rewards, sizes always) while the average update barely moves. That is how it hides in a reward curve;
+# the centring check is what catches it.
+#
+# **Log symptom.** `adv_group_mean` above its healthy range whenever $B$ does not divide $G$; at $B = 1$,
+# `ratio_last_maxdev` stuck at 0. **Caught by** the health check *advantages centred per group* when $B$ does not
+# divide $G$, *ratio moves after updates* at $B = 1$, and by nothing when $B$ divides $G$ with $1 < B < G$
+# (there only a hand-calculated test of the values catches it). No preflight probe sees it.
 #
 # > **You should know.** Name the layout in the variable: `rewards.view(B, G)  # (B, G)`, and test reshapes
-# > with $B \ne G$, or a transposition bug passes every test.
+# > with a $B$ that does not divide $G$ (e.g. $B = 2$, $G = 3$), or a transposition bug passes every
+# > centring test.
 #
-# <details><summary>Why does mixing prompts give the wrong sign rather than just noise?</summary>
+# <details><summary>Why does mixing prompts flip the sign of some samples, and why does that not bias the
+# update on average?</summary>
 #
-# The mixed baseline sits between the easy prompt's mean and the hard prompt's mean, so every hard-prompt
-# sample looks below average (negative advantage) and every easy-prompt sample above average, regardless of
-# how good it is *for its prompt*. The update learns "easy prompts are good", which it cannot act on.
+# The mixed baseline sits between the easy prompt's mean and the hard prompt's mean, so a hard-prompt sample that
+# beat its own group can still be below the mixed mean (negative advantage), and an easy-prompt sample that lost
+# to its group can be above it. Per prompt, the mixed advantage is the correct one rescaled plus an offset $c$
+# shared by the prompt's samples; the offset adds $c\sum_i\nabla\log\pi(a_i)$ to the gradient, and
+# $\mathbb{E}[\nabla\log\pi(a)] = 0$. The offset is noise in each batch, not a direction.
 # </details>
 
 # %% [markdown]
@@ -655,24 +979,26 @@ temps = [0.5, 0.8, 1.0, 1.5, 2.0]
 gap = {"B10": [], "fixed": []}
 for t in temps:
     for label, module in (("B10", HYBRID["B10"]), ("fixed", grpo_fixed)):
-        _, stats, *_ = nb01.tiny_rollout(module, prompts_per_batch=2, group_size=4, temperature=t)
-        gap[label].append(stats["logprob_gap"])
+        gap[label].append(nb01.tiny_rollout(module, prompts_per_batch=2, group_size=4, temperature=t).stats)
 for label, values in gap.items():
-    print(f"{label:5s} logprob_gap at T={temps}: {[f'{v:.4f}' for v in values]}")
+    print(f"{label:5s} logprob_gap at T={temps}: " + str([f"{s['logprob_gap']:.4f}" for s in values]))
+print(f"healthy logprob_gap {render_range('logprob_gap')}")
+assert [grpo_fixed.in_range(s, "logprob_gap") for s in gap["B10"]] == [t == 1.0 for t in temps]
+assert all(s["logprob_gap"] == 0 for s in gap["fixed"]) and gap["B10"][temps.index(1.0)]["logprob_gap"] == 0
 
 # %%
 fig, (ax_b, ax_f) = buggy_vs_fixed("logprob_gap of one rollout vs sampling temperature", figsize=(8, 2.4))
 for ax, label, color in ((ax_b, "B10", BUGGY), (ax_f, "fixed", FIXED)):
-    ax.plot(temps, gap[label], "o-", color=color)
-    ax.axhline(1e-4, color=REFERENCE, ls=":", lw=1)
-    ax.set_xlabel("temperature (dotted: health threshold 1e-4)")
+    ax.plot(temps, [s["logprob_gap"] for s in gap[label]], "o-", color=color)
+    ax.axhline(grpo_fixed.STATS["logprob_gap"].hi, color=REFERENCE, ls=":", lw=1)
+    ax.set_xlabel("temperature (dotted: top of the healthy range)")
 ax_b.set_ylabel("logprob_gap")
 plt.show()
 
 # %% [markdown]
-# **Log symptom.** `logprob_gap` > 1e-4 from iteration 0 whenever $T \ne 1$ (0 exactly at $T = 1$).
-# **Caught by** the health check *training log-probs match the sampler*. At the default $T = 0.8$ the
-# gap is 0.0685 on the tiny rollout and the reward cost is smaller than B6's (section 13); notebook 02 shows
+# **Log symptom.** `logprob_gap` outside its healthy range from iteration 0 whenever $T \ne 1$ (exactly 0 at
+# $T = 1$). **Caught by** the health check *training log-probs match the sampler*. At the default $T = 0.8$ the
+# gap is 0.0685 on the tiny rollout and the reward cost is smaller than B6's (notebook 01 §13); notebook 02 shows
 # how it breaks the ratio.
 #
 # > **You should know.** Whatever transforms the logits before sampling (temperature, top-k, a mask) must
@@ -694,12 +1020,15 @@ plt.show()
 # for the 4 weights and the bias, so $\|g\| = 1000\sqrt5 = 2236.07$.
 
 # %%
+applied_norm = {}
 for module in (grpo_buggy, grpo_fixed):
     torch.manual_seed(0)
     net = torch.nn.Linear(4, 1)
     pre = module.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=0.0), 1e3 * net(torch.ones(1, 4)).sum(), 1.0)
-    applied = torch.cat([p.grad.flatten() for p in net.parameters()]).norm().item()
-    print(f"{module.__name__:11s} pre-clip norm {pre:.2f}   applied gradient norm {applied:.2f}")
+    applied_norm[module.__name__] = torch.cat([p.grad.flatten() for p in net.parameters()]).norm().item()
+    print(f"{module.__name__:11s} pre-clip norm {pre:.2f}   applied gradient norm {applied_norm[module.__name__]:.2f}")
+assert math.isclose(pre, 1000 * math.sqrt(5), rel_tol=1e-6)
+assert math.isclose(applied_norm["grpo_buggy"], pre, rel_tol=1e-6) and math.isclose(applied_norm["grpo_fixed"], 1.0)
 
 # %%
 scales = [10.0**k for k in range(-2, 5)]
@@ -718,8 +1047,8 @@ plt.show()
 # %% [markdown]
 # **Log symptom.** `grad_norm` is logged *before* clipping in both twins, so it looks the same; the difference
 # is in what the optimizer receives. With Adam (which divides each step by a running gradient scale) and a
-# pre-clip norm above 1 in only a few iterations (section 13 counts them for the fixed run), B11's run ends
-# level with the fixed one here (0.680 vs 0.679); notebook 04 shows the spikes where clipping matters.
+# pre-clip norm above 1 in only a few iterations (notebook 01 §13 counts them for the fixed run), B11's run ends
+# level with the fixed one here (0.684 vs 0.686); notebook 04 shows the spikes where clipping matters.
 # **Caught by** preflight *gradients clipped to max_grad_norm*.
 #
 # > **You should know.** Clipping caps the size of one update when a rare batch (huge advantages, a near-zero
@@ -735,8 +1064,8 @@ plt.show()
 # ## 13. Ablation: which single bug costs reward here?
 # Thirteen short runs on EchoTask with seed 0: the fixed trainer, the buggy one, and the fixed one with each
 # single bug switched back on (`workbook.catalog.hybrid`). To fit the notebook's time budget they use
-# `steps=30, prompts_per_batch=8` (the default is 80 steps x 16 prompts); the final reward is the mean of the
-# last 10 iterations, as in `grpo_fixed.summarize_run`. The table also lists which of
+# `steps=30, prompts_per_batch=8` (the default is 80 steps x 16 prompts), so $B = G = 8$; the final reward is the
+# mean of the last 10 iterations, as in `grpo_fixed.summarize_run`. The table also lists which of
 # `grpo_fixed.HEALTH_CHECKS` fail during each run, and at which iteration they first fail.
 
 # %%
@@ -746,6 +1075,8 @@ runs = nb01.ablation(seed=0, **ABLATION)  # label -> history (list of stats dict
 ablation_seconds, ablation_cpu = time.perf_counter() - started, time.process_time() - started_cpu
 cfg_ablation = grpo_fixed.make_config(**ABLATION)
 final = {label: nb01.final_reward(history) for label, history in runs.items()}
+fired = {label: nb01.first_failures(history, cfg_ablation) for label, history in runs.items()}
+skipped = {label: sum(s["nonfinite_steps"] for s in history) for label, history in runs.items()}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -754,15 +1085,15 @@ print(f"13 runs took {ablation_seconds:.1f} s wall, {ablation_cpu:.1f} s CPU on 
 
 # %%
 print(f"{'run':6s} {'final':>6s} {'skipped':>7s}  health checks that fire (first iteration)")
-for label, history in runs.items():
-    fired = nb01.first_failures(history, cfg_ablation)
-    skipped = sum(s["nonfinite_steps"] for s in history)
-    print(f"{label:6s} {final[label]:6.3f} {skipped:7d}  " + (", ".join(f"{k} ({i})" for k, i in fired.items()) or "-"))
+for label in runs:
+    print(f"{label:6s} {final[label]:6.3f} {skipped[label]:7d}  "
+          + (", ".join(f"{k} ({i})" for k, i in fired[label].items()) or "-"))
 print(f"\nfirst-iteration reward (random policy) {runs['fixed'][0]['reward']:.3f}")
 clipped = sum(s["grad_norm"] > cfg_ablation.max_grad_norm for s in runs["fixed"])
 print(f"fixed run: iterations whose max pre-clip grad norm exceeded max_grad_norm = {cfg_ablation.max_grad_norm}: "
       f"{clipped} of {cfg_ablation.steps}")
-print(f"B9 run identical to fixed run: {[s['reward'] for s in runs['B9']] == [s['reward'] for s in runs['fixed']]}")
+same_as_fixed = [b for b in BUG_IDS if [s["reward"] for s in runs[b]] == [s["reward"] for s in runs["fixed"]]]
+print("runs whose reward is identical to the fixed run's at every iteration:", same_as_fixed)
 
 # %%
 fig, (ax_bar, ax_curve) = plt.subplots(1, 2, figsize=(11, 3.2), layout="constrained", width_ratios=[3, 2])
@@ -773,31 +1104,262 @@ curves(ax_curve, {k: runs[k] for k in ("fixed", "buggy", "B1", "B6")}, "reward",
 ax_curve.set_title("reward per iteration (5-iteration mean)")
 plt.show()
 
+# %%
+costly, milder, invisible_here = ["B1", "B4", "B6", "B2", "B3"], ["B10", "B8"], ["B5", "B7", "B9", "B11"]
+assert final["fixed"] > runs["fixed"][0]["reward"] + 0.4 and final["buggy"] < runs["fixed"][0]["reward"]
+assert all(final[b] < final["fixed"] - 0.1 for b in costly)
+assert all(final["fixed"] - 0.1 < final[b] < final["fixed"] - 0.01 for b in milder) and final["B10"] < final["B8"]
+assert all(abs(final[b] - final["fixed"]) < 0.01 for b in invisible_here)
+assert same_as_fixed == ["B5", "B7", "B9"] and skipped["B5"] == skipped["B7"] == 0 and skipped["B2"] > 0
+assert all(0 in fired[b].values() for b in ("B3", "B6", "B10")) and final["B10"] > final["B6"]
+assert fired["B2"]["advantages finite"] == next(s["iteration"] for s in runs["B2"] if s["zero_var_groups"] > 0) > 0
+assert final["fixed"] > nb01.final_reward(runs["fixed"][:20])  # still rising
+assert all(not fired[b] for b in ("B1", "B4", "B5", "B7", "B8", "B9", "B11"))
+assert 0 < clipped < cfg_ablation.steps / 5
+
 # %% [markdown]
 # What the table shows (one seed, one short run, so treat gaps of a few hundredths as noise):
-# - **The fixed trainer clearly learns at this size**: from 0.135 at iteration 0 to a final 0.679, still rising
+# - **The fixed trainer clearly learns at this size**: from 0.135 at iteration 0 to a final 0.686, still rising
 #   at iteration 30. The fully buggy trainer ends at 0.085, below where the fixed run started.
 # - **Single bugs that cost reward here**: B1 (0.363), B4 (0.448), B6 (0.472), B2 (0.473, with 52 of its 120
 #   inner steps skipped for a NaN loss) and B3 (0.539). B10 (0.599) and B8 (0.665) cost less; one seed cannot
 #   say how much of those two gaps is noise.
-# - **Bugs invisible in the reward here**: B5 and B9 end at 0.679 like the fixed run, B11 at 0.680 and B7 at
-#   0.686 (a hair above the fixed run: noise). B9's run is *identical* to the fixed one because $B = G = 8$
-#   (section 10). B5 and B7 never meet a non-finite value in this trainer (0 skipped steps). The fixed run's
-#   pre-clip gradient norm exceeded 1 in only 2 of 30 iterations, so clipping (B11) rarely acts. Their
-#   regimes: the tiny inputs of sections 6, 8 and 10 here, notebook 02 (the ratio: B3, B10) and notebook 04
-#   (KL penalty B8, gradient clipping B11).
+# - **Bugs invisible in the reward here**: B5, B7 and B9 end at the fixed run's 0.686 and B11 at 0.684. The
+#   rewards of the B5, B7 and B9 runs equal the fixed run's at *every* iteration: B5 because the trainer never
+#   hands `masked_mean` a non-finite masked value (notebook 01 §6), B7 because `log(softmax)` only differs from
+#   `log_softmax` by float rounding at these logit sizes (0 skipped steps), B9 because $B = G = 8$ here, where
+#   `view(G, B)` is `view(B, G)` (notebook 01 §10).
+#   The fixed run's pre-clip gradient norm exceeded 1 in only 3 of 30 iterations, so clipping (B11) rarely acts.
+#   Their regimes: the tiny inputs of notebook 01 §6, notebook 01 §8 and notebook 01 §10, notebook 02 (the
+#   ratio: B3, B10) and notebook 04 (KL penalty B8, gradient clipping B11).
 # - **How each bug is caught**: B3, B6 and B10 fail a health check from iteration 0 and no preflight probe;
 #   B2 fails *advantages finite* from iteration 9 (its first constant group) and a probe; B1, B4, B5, B7, B8
-#   and B11 fail no health check here, only their preflight probe (section 1.3). B9 at $B = G$ is caught by
-#   nothing: only a test with $B \ne G$ exposes it.
+#   and B11 fail no health check here, only their preflight probe (notebook 01 §1.3). B9 at $B = G$ is caught by
+#   nothing, and needs nothing: it computes the correct advantages there. It fails *advantages centred per
+#   group* whenever $B$ does not divide $G$ (notebook 01 §10).
 #
 # > **You should know.** A single-bug ablation answers "which fix buys reward on *this* task", not "which
 # > bugs matter": several bugs here cost nothing on a 6-token echo task yet break with large logits, half
-# > precision, $B \ne G$ or padded batches (sections 6, 8, 10). Catch them with tiny inputs and invariants,
-# > not with the reward curve.
+# > precision, a $B$ that does not divide $G$, or padded batches (notebook 01 §6, notebook 01 §8,
+# > notebook 01 §10). Catch them with tiny inputs and invariants, not with the reward curve.
 
 # %% [markdown]
-# ## 14. Self-check
+# ## 14. The per-sequence advantage broadcast along the wrong axis (seed 001)
+# **Question.** The advantage is one number per sequence, `advantages  # (N,)`; the ratio is one per token,
+# `ratio  # (N, T)`. What does `ratio * advantages` compute?
+#
+# **Equation.** The loss needs $A_i$ on every token of sequence $i$: `advantages[:, None]`, shape (N, 1),
+# broadcast along $T$. PyTorch aligns shapes from the right, so a bare (N,) is read as (1, N) and broadcast
+# along the *rows*: token $t$ of every sequence gets $A_t$, the advantage of sequence $t$. With $N \ne T$ that
+# raises a shape error; with $N = T$ it runs, silently.
+#
+# **Tiny input.** One group of 4 sequences of 4 tokens ($N = T = 4$), rewards $(1, 0, 0, 0)$, ratio 1. The
+# buggy loss is the fixed one with `.unsqueeze(1)` dropped:
+
+# %%
+from grpo_fixed import masked_mean  # noqa: E402  (inside a swapped copy of grpo_fixed, the copy's own)
+
+
+def grpo_loss_misbroadcast(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
+    """grpo_fixed.grpo_loss with the per-sequence advantage (N,) left unsqueezed: it broadcasts along T."""
+    ratio = torch.exp(logprobs - old_logprobs.detach())  # (N, T)
+    adv = advantages.detach()  # (N,), read as (1, N): token t gets A_t  (the fix: advantages.detach().unsqueeze(1))
+    return -masked_mean(torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv), mask)
+
+
+N = T = 4
+adv = grpo_fixed.group_advantage([1.0, 0.0, 0.0, 0.0]).float()  # (N,)
+full = torch.ones(N, T, dtype=torch.bool)  # (N, T)
+push, loss_value = {}, {}
+for label, loss_fn in (("fixed", grpo_fixed.grpo_loss), ("mis-broadcast", grpo_loss_misbroadcast)):
+    logp = torch.zeros(N, T, requires_grad=True)  # (N, T), ratio 1
+    loss = loss_fn(logp, torch.zeros(N, T), adv, full)
+    loss.backward()
+    push[label], loss_value[label] = -logp.grad, loss.item()  # push: how hard each token's log-prob is raised
+    print(f"{label:13s} loss {loss.item() + 0.0:+.4f}   push per sequence {[f'{x:+.4f}' for x in push[label].sum(1)]}")
+print("advantages   ", [f"{a:+.4f}" for a in adv.tolist()])
+assert loss_value["fixed"] == loss_value["mis-broadcast"] == 0.0  # the loss value cannot tell them apart
+assert torch.allclose(push["fixed"], adv[:, None].expand(N, T) / (N * T))  # row i: A_i / n
+assert torch.allclose(push["mis-broadcast"], adv[None, :].expand(N, T) / (N * T))  # column t: A_t / n
+assert torch.allclose(push["mis-broadcast"].sum(1), torch.zeros(N), atol=1e-7)  # no sequence is preferred
+try:
+    grpo_loss_misbroadcast(torch.zeros(3, T), torch.zeros(3, T), adv[:3], torch.ones(3, T, dtype=torch.bool))
+except RuntimeError as error:
+    print("N = 3, T = 4:", str(error).splitlines()[0])
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(7, 2.8), layout="constrained", sharey=True)
+for ax, (label, grad), color in zip(axes, push.items(), (FIXED, BUGGY), strict=True):
+    ax.imshow(grad, cmap="coolwarm", vmin=-0.12, vmax=0.12)
+    for i, row in enumerate(grad.tolist()):
+        for t, value in enumerate(row):
+            ax.text(t, i, f"{value:+.2f}", ha="center", va="center", fontsize="small")
+    ax.set_title(label, color=color)
+    ax.set_xlabel("token t")
+axes[0].set_yticks(range(N), [f"seq {i}: r={r:.0f}" for i, r in enumerate([1.0, 0.0, 0.0, 0.0])])
+fig.suptitle("push on each token's log-prob, -d loss / d logp (red: raised)")
+plt.show()
+
+# %% [markdown]
+# The loss value is the same (0 for both: a centred group at ratio 1), so a loss curve cannot see it. The
+# gradient can: the fixed loss raises every token of the rewarded sequence 0 and lowers the others; the
+# mis-broadcast one raises token 0 of *every* sequence and lowers tokens 1 to 3, whatever each sequence earned.
+# Summed over a full-length sequence the push is exactly 0 ($\sum_t A_t = 0$ for a centred group): the reward no
+# longer says which sequence was good.
+#
+# Does any health check notice? Three iterations of the trainer with the loss swapped in, at a size where every
+# minibatch holds $N = 4$ sequences of $T = 4$ tokens (2 prompts x 4 samples, 2 minibatches):
+
+# %%
+MISBROADCAST = swapped("misbroadcast", grpo_loss=grpo_loss_misbroadcast)
+history_mb = MISBROADCAST.train(seed=0, steps=3, prompts_per_batch=2, group_size=4)
+print("health checks that fail per iteration:", [s["health"] for s in history_mb])
+assert all(s["health"] == [] for s in history_mb) and not grpo_fixed.preflight(MISBROADCAST)
+
+
+# %%
+def broadcast_probe(loss_fn, n: int = 4) -> bool:
+    """N == T == n, only sequence 0 has a non-zero advantage: only row 0 of the gradient may be non-zero."""
+    logp = torch.zeros(n, n, requires_grad=True)  # (N, T)
+    loss_fn(logp, torch.zeros(n, n), torch.eye(n)[0], torch.ones(n, n, dtype=torch.bool)).backward()
+    return bool((logp.grad[1:] == 0).all() and (logp.grad[0] != 0).all())
+
+
+probe = {label: broadcast_probe(fn) for label, fn in (("fixed", grpo_fixed.grpo_loss),
+                                                         ("mis-broadcast", grpo_loss_misbroadcast))}
+print("broadcast probe passes:", probe)
+assert probe == {"fixed": True, "mis-broadcast": False}
+
+# %% [markdown]
+# **Symptom.** A shape error whenever $N \ne T$; when $N = T$ (a minibatch whose size equals the completion
+# length, easy to hit in a small test or with padding to a fixed length), nothing: same loss value, no health
+# check, no preflight probe fires, the policy still moves, the reward just does not steer it. **The statistic
+# that catches it:** none of `grpo_fixed.STATS` (the clip fractions are computed with the correct broadcast in
+# `inner_step_record`); a probe does: with $N = T$ and one non-zero advantage, only that sequence's row of the
+# gradient may be non-zero (`broadcast_probe` above). **Fix:** `advantages.unsqueeze(1)  # (N, 1)`, and the shape
+# in the name.
+#
+# > **You should know.** Per-sequence quantities broadcast over tokens with an explicit trailing axis,
+# > `A[:, None]`. Test every broadcast with $N \ne T$ (a shape error is a gift) *and* with $N = T$ and an input
+# > whose rows differ.
+#
+# <details><summary>Why is the loss value identical although the gradient is wrong?</summary>
+#
+# At ratio 1 both losses are $-\frac1n\sum_{i,t} w_{it}$, a sum over the same $N \times T$ grid of the same
+# multiset of numbers: the fixed one puts $A_i$ on row $i$, the buggy one puts $A_t$ on column $t$, the
+# transpose. A sum cannot see a transposition; its gradient with respect to each entry can.
+# </details>
+
+# %% [markdown]
+# ## 15. A reward that leaks gradient (seed 004)
+# **Question.** The reward is computed by a differentiable function of the policy's outputs (a reward model fed the
+# policy's probabilities, a confidence bonus) and the advantages are not detached. What is the gradient of the loss?
+#
+# **Equation.** At ratio 1, with $n$ unmasked tokens and $T_i$ tokens in sequence $i$,
+# $$\nabla_\theta L = \underbrace{-\frac1n\sum_i A_i \sum_t \nabla_\theta\log\pi_\theta(o_{it})}_{\text{policy
+# gradient}} \;\underbrace{-\;\frac1n\sum_i T_i\,\nabla_\theta A_i}_{\text{leak}}.$$
+# The leak is not a policy gradient: it moves $\theta$ to raise the advantages themselves through the reward
+# function. With group-normalised advantages $\sum_i A_i = 0$ for every $\theta$, so $\sum_i\nabla A_i = 0$:
+# **with equal lengths the leak cancels exactly at ratio 1**, and a test with equal lengths misses it. With
+# unequal lengths, or at ratio $\ne 1$ (after the first inner step), it does not cancel.
+#
+# **Tiny input.** A one-state policy over 3 tokens, $\pi = \mathrm{softmax}(\theta)$, $\theta = (0.5, 0, -0.5)$;
+# 4 sequences of up to 3 tokens; the reward of a sequence is the mean probability of its own tokens (it depends on
+# $\theta$). Three cases: equal lengths at ratio 1, unequal lengths (3, 3, 2, 1) at ratio 1, equal lengths with
+# $\pi_{\text{old}}$ a step away (ratio $\ne 1$):
+
+# %%
+tokens = torch.tensor([[0, 1, 2], [1, 1, 0], [2, 0, 0], [0, 2, 1]])  # (N, T)
+theta_0 = torch.tensor([0.5, 0.0, -0.5])  # (V,)
+
+
+def leaky_batch(theta, lengths):
+    """Token log-probs (N, T), mask (N, T), and advantages (N,) of a reward that depends on theta."""
+    mask = torch.arange(tokens.shape[1]) < torch.tensor(lengths)[:, None]  # (N, T)
+    logprobs = torch.log_softmax(theta, -1)[tokens]  # (N, T)
+    reward = torch.where(mask, logprobs.exp(), 0.0).sum(1) / mask.sum(1)  # (N,): differentiable in theta
+    centred = reward - reward.mean()
+    return logprobs, mask, centred / (centred.pow(2).mean().sqrt() + EPS)  # (N,), NOT detached
+
+
+def grpo_loss_leaky(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
+    """grpo_fixed.grpo_loss without its .detach() calls: the advantages' gradient reaches the loss."""
+    ratio = torch.exp(logprobs - old_logprobs)  # (N, T)
+    adv = advantages.unsqueeze(1)  # (N, 1), NOT detached  (the fix: advantages.detach().unsqueeze(1))
+    return -masked_mean(torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv), mask)
+
+
+def gradients(lengths, old_shift=0.0):
+    """d loss / d theta with the advantages detached (grpo_fixed.grpo_loss) and leaking (grpo_loss_leaky), their
+    difference (the leak), and at ratio 1 the leak by hand. old_shift moves pi_old's log-prob of token 0."""
+    out = {}
+    for label, loss_fn in (("detached", grpo_fixed.grpo_loss), ("leaky", grpo_loss_leaky)):
+        theta = theta_0.clone().requires_grad_(True)
+        logprobs, mask, adv = leaky_batch(theta, lengths)
+        loss_fn(logprobs, (logprobs + old_shift * (tokens == 0)).detach(), adv, mask).backward()
+        out[label] = theta.grad
+    out["leak"] = out["leaky"] - out["detached"]
+    if old_shift == 0:
+        theta = theta_0.clone().requires_grad_(True)
+        _, mask, adv = leaky_batch(theta, lengths)
+        (-(mask.sum(1) * adv).sum() / mask.sum()).backward()  # -(1/n) sum_i T_i A_i: its gradient is the leak
+        out["leak by hand"] = theta.grad
+    return out
+
+
+print(f"advantages require grad: {leaky_batch(theta_0.clone().requires_grad_(True), [3] * 4)[2].requires_grad}")
+cases = {"equal lengths, ratio 1": gradients([3, 3, 3, 3]), "lengths 3,3,2,1, ratio 1": gradients([3, 3, 2, 1]),
+         "equal lengths, ratio != 1": gradients([3, 3, 3, 3], old_shift=0.3)}
+for case, g in cases.items():
+    print(f"{case}:  |leak| / |policy gradient| = {g['leak'].norm() / g['detached'].norm():.3f}")
+    for key in ("detached", "leaky", "leak", "leak by hand"):
+        if key in g:
+            print(f"    {key:12s} {[f'{x:+.4f}' for x in g[key].tolist()]}")
+equal, unequal, moved = cases.values()
+assert equal["leak"].abs().max() < 1e-6 and equal["leak by hand"].abs().max() < 1e-6  # cancels exactly (rounding)
+assert torch.allclose(unequal["leak"], unequal["leak by hand"], atol=1e-5)  # the equation's leak term
+assert unequal["leak"].norm() > unequal["detached"].norm()  # as large as the policy gradient
+assert moved["leak"].norm() > 0.1 * moved["detached"].norm()  # after a step, equal lengths do not cancel it
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(10, 2.6), layout="constrained", sharey=True)
+for ax, (case, g) in zip(axes, cases.items(), strict=True):
+    for j, (label, color) in enumerate((("detached", FIXED), ("leaky", BUGGY))):
+        ax.bar([v + 0.38 * j for v in range(3)], g[label], width=0.38, color=color, label=label)
+    ax.axhline(0, color=REFERENCE, lw=0.8)
+    ax.set_xticks([v + 0.19 for v in range(3)], [f"theta_{v}" for v in range(3)])
+    ax.set_title(case, fontsize="small")
+axes[0].set_ylabel("d loss / d theta")
+axes[0].legend(fontsize="small")
+plt.show()
+
+# %% [markdown]
+# With equal lengths at ratio 1 the two gradients agree to float rounding, exactly as the equation says; with
+# unequal lengths the leak is as large as the policy gradient itself (the ratio printed above) and turns it; after
+# one step (ratio $\ne 1$) it is there even with equal lengths.
+#
+# **Symptom.** The policy optimises the reward function through its gradient (raising the reward model's score
+# directly, weighted by sequence length) on top of the policy gradient; nothing in the training statistics measures
+# it. **The statistic that catches it:** `advantages.requires_grad` (it must be `False` where the loss is computed;
+# printed above), or the gradient at ratio 1 compared with the score-function gradient
+# $-\frac1n\sum_i A_i\sum_t\nabla\log\pi(o_{it})$ on a tiny input *with unequal lengths*. **Fix:** compute rewards and
+# advantages without gradient. The twins do both: `rollout` runs under `@torch.no_grad()`, and `grpo_loss`
+# detaches `advantages` and `old_logprobs` once more.
+#
+# > **You should know.** In a policy-gradient loss only $\log\pi_\theta$ carries gradient; rewards, advantages and
+# > $\log\pi_{\text{old}}$ are data. Detach them where they are made, assert it where they are used.
+#
+# <details><summary>If the reward model is differentiable, why not use its gradient? It seems like more
+# information.</summary>
+#
+# Because it is a different algorithm: backpropagating through the reward treats the sampled tokens as if the
+# reward were a smooth function of the parameters, which it is not (the tokens are discrete samples). The mix of
+# the two terms is neither the policy gradient nor a proper pathwise gradient, its size depends on sequence lengths,
+# and it rewards the policy for moving the reward model's score rather than for producing better samples.
+# </details>
+
+# %% [markdown]
+# ## 16. Self-check
 # 1. A colleague says "the sampler is fine, temperature sweeps just don't change anything on this task". What
 #    do you test, with which input?
 # 2. Your rewards are binary and the policy is getting good. Why might training *slow down* with B2 but not
@@ -807,22 +1369,33 @@ plt.show()
 # 5. Your padded batch gives loss NaN but every real token's log-prob is finite. What do you look at?
 # 6. Why does `logprob_gap` catch both B6 and B10, while `ratio_first_maxdev` catches neither?
 # 7. Why can't a sign check ($\mathrm{KL} \ge 0$) catch B8?
-# 8. Your reshape tests pass with B = G = 4. What should you change in the test?
+# 8. Your reshape tests pass with B = 2, G = 4 and with B = G = 4, and the centring check never fires. Is the
+#    grouping right?
+# 9. Your loss runs with a minibatch of 4 sequences of 4 tokens but raises a shape error with 3. What is wrong,
+#    and why is the run with 4 not fine?
+# 10. Your advantages carry a `grad_fn`, yet a unit test comparing the gradient with the policy-gradient formula
+#     passes. What was the test's input missing?
 #
 # <details><summary>Answers</summary>
 #
 # 1. Sampling frequencies of 20000 draws from 5 logits against `softmax(logits / T)` at two temperatures
-#    (section 2): raw-logit weights are invariant to $T$ and never draw the arg-min token.
+#    (notebook 01 §2): raw-logit weights are invariant to $T$ and never draw the arg-min token.
 # 2. Constant groups (all 0 or all 1) become common as the policy improves; without $\epsilon$ each gives NaN
 #    advantages, the minibatch loss is NaN and its step is skipped (`nonfinite_steps`).
 # 3. B3: old log-probs recomputed inside the inner loop. Use the log-probs cached at rollout,
 #    `old_logprobs = batch["old_logprobs"][idx]`.
-# 4. With $A = 1$, $\mathrm{clip}(\rho A) = \mathrm{clip}(\rho) A$; test $A = 2$ and $A = -1$ (section 5).
+# 4. With $A = 1$, $\mathrm{clip}(\rho A) = \mathrm{clip}(\rho) A$; test $A = 2$ and $A = -1$ (notebook 01 §5).
 # 5. The masked positions: `values * mask` turns a masked $-\infty$ or NaN into NaN; select with `torch.where`
-#    (section 6). And check for a fully masked row or minibatch (0/0).
+#    (notebook 01 §6). And check for a fully masked row or minibatch (0/0).
 # 6. Both make the training log-prob differ from the sampler's; the first-step ratio compares two training
 #    log-probs computed by the same wrong function, so it stays 1.
 # 7. Both the correct and the reversed k3 are of the form $e^x - x - 1 \ge 0$; only an exact expectation on a
-#    tiny distribution tells them apart (section 9).
-# 8. Use $B \ne G$ (e.g. B = 2, G = 3): with $B = G$, `view(G, B)` and `view(B, G)` give the same rows.
+#    tiny distribution tells them apart (notebook 01 §9).
+# 8. Not necessarily: with $B$ dividing $G$ a `view(G, B)` groups slices of one prompt, so every group stays
+#    centred (and at $B = G$ it is even correct). Test with a $B$ that does not divide $G$ (e.g. B = 2, G = 3),
+#    or compare the values with a hand calculation (notebook 01 §10).
+# 9. A per-sequence tensor (N,) broadcast against (N, T) without `[:, None]`: with $N = T$ it runs and gives
+#    token $t$ of every sequence the advantage of sequence $t$ (notebook 01 §14).
+# 10. Unequal sequence lengths (or a ratio away from 1): with equal lengths and centred advantages the leaked
+#     term $-\frac1n\sum_i T_i\nabla A_i$ is exactly 0 (notebook 01 §15).
 # </details>

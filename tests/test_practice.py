@@ -309,7 +309,7 @@ BAD = {  # name -> (edit of grpo_buggy.py, what the one line must say)
     "signature": (("mask, clip: float = 0.2):", "mask, clip: float = 0.3):"), r"grpo_loss.*changed its signature"),
     "raises": (("    total = (values * mask).sum()", "    raise RuntimeError('boom')"),
                r"masked_mean \(line \d+\) raised RuntimeError in .*: boom"),
-    "typo": (("    total = (values * mask).sum()", "    total = (values * maskk).sum()"),
+    "typo": (("    mask = mask.bool()\n    total", "    mask = maskk.bool()\n    total"),
              r"masked_mean \(line \d+\) raised NameError"),
     "import": (("import torch.nn as nn\n", "import torch.nn as nn\nraise ImportError('nope')\n"),
                r"importing it raised ImportError"),
@@ -321,9 +321,15 @@ BAD = {  # name -> (edit of grpo_buggy.py, what the one line must say)
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path):
     paths = [write(tmp_path, f"{name}.py", replace_once(handout(), *edit)) for name, (edit, _) in BAD.items()]
     paths.append(tmp_path / "missing.py")
+    round_0 = practice.round_source(0, 3, WHEN)
+    assert "B3" not in practice.draw(0, 3)  # masked_mean first runs in a B3 test: its name must not be shown
+    round_typo = write(tmp_path, "round_0.py", replace_once(round_0, *BAD["typo"][0]))
     before = sorted(p.name for p in tmp_path.iterdir())
-    results, code = grade(*paths, practice.HANDOUT)
+    results, code = grade(*paths, round_typo, practice.HANDOUT)
     assert code == 2
+    typo_line = results[-2]["lines"][0]
+    assert re.search(BAD["typo"][1], typo_line) and "outside this round" in typo_line, typo_line
+    assert set(BUG_TOKEN.findall(typo_line)) <= set(practice.draw(0, 3)), typo_line
     for result, (name, (_, pattern)) in zip(results, [*BAD.items(), ("missing", (None, "no such file"))],
                                             strict=False):
         assert result["code"] == 2 and len(result["lines"]) == 1, (name, result)

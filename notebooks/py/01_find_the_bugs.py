@@ -36,8 +36,9 @@
 #    group, everything masked, huge magnitudes, a negative advantage, temperature != 1, unusual batch shapes).
 # 4. **Compare against a hand calculation**: a number you worked out on paper, printed next to the code's.
 #
-# > **STOP: practise before you read on.** Everything below this box names the bugs and their fixes. Find them yourself first, with the method
-# > above, in a mock round (from the repository root; `workbook/practice.py` explains the draw and the grader):
+# > **STOP: practise before you read on.** Everything below this box names the bugs and their fixes. Find
+# > them yourself first, with the method above, in a mock round (from the repository root;
+# > `workbook/practice.py` explains the draw and the grader):
 # > 1. `make mock` writes `practice/round_N.py`: the hand-out with **3 bugs** drawn from the catalog left in
 # >    (the file does not say which; `BUGS=k` or `BUGS=all` for more, `HARD=1` for terse docstrings).
 # > 2. Edit that file: log shapes and stats of a tiny batch, attack the edges, fix what you find.
@@ -848,9 +849,9 @@ assert all(row["max_diff"] > 0.5 for (B, G), row in invisible.items() if B != G)
 # - **$B$ divides $G$, $B < G$** (e.g. $B = 2$, $G = 8$): each wrong row is a slice of $B$ samples of one prompt,
 #   normalised on its own. Every slice is centred, so every group is centred and the check never fires, yet the
 #   advantages are wrong (each slice has its own baseline and its own std).
-# - **$B = 1$**: each wrong row holds one sample, a constant "group": every advantage is exactly 0 and the
-#   policy gradient vanishes. The centring check passes (0 is centred); the one that fires is *ratio moves after
-#   updates*, because nothing moves the policy (below).
+# - **$B = 1$**: each wrong row holds one sample, a constant "group": every advantage is exactly 0 (with the
+#   fixed `group_advantage`; with B2 as well, NaN) and the policy gradient vanishes. The centring check passes
+#   (0 is centred); the one that fires is *ratio moves after updates*, because nothing moves the policy (below).
 # - **$B$ does not divide $G$**: rows straddle prompts and the check fires (in every batch here).
 
 # %%
@@ -1233,11 +1234,11 @@ assert probe == {"fixed": True, "mis-broadcast": False}
 # %% [markdown]
 # **Symptom.** A shape error whenever $N \ne T$; when $N = T$ (a minibatch whose size equals the completion
 # length, easy to hit in a small test or with padding to a fixed length), nothing: same loss value, no health
-# check, no preflight probe fires, the policy still moves, the reward just does not steer it. **The statistic
-# that catches it:** none of `grpo_fixed.STATS` (the clip fractions are computed with the correct broadcast in
-# `inner_step_record`); a probe does: with $N = T$ and one non-zero advantage, only that sequence's row of the
-# gradient may be non-zero (`broadcast_probe` above). **Fix:** `advantages.unsqueeze(1)  # (N, 1)`, and the shape
-# in the name.
+# check, no preflight probe fires, the policy still moves, but the reward no longer steers it (the gradient
+# above). **The statistic that catches it:** none of `grpo_fixed.STATS` (the clip fractions are computed with
+# the correct broadcast in `inner_step_record`); a probe does: with $N = T$ and one non-zero advantage, only
+# that sequence's row of the gradient may be non-zero (`broadcast_probe` above). **Fix:**
+# `advantages.unsqueeze(1)  # (N, 1)`, and the shape in the name.
 #
 # > **You should know.** Per-sequence quantities broadcast over tokens with an explicit trailing axis,
 # > `A[:, None]`. Test every broadcast with $N \ne T$ (a shape error is a gift) *and* with $N = T$ and an input
@@ -1352,10 +1353,13 @@ plt.show()
 # <details><summary>If the reward model is differentiable, why not use its gradient? It seems like more
 # information.</summary>
 #
-# Because it is a different algorithm: backpropagating through the reward treats the sampled tokens as if the
-# reward were a smooth function of the parameters, which it is not (the tokens are discrete samples). The mix of
-# the two terms is neither the policy gradient nor a proper pathwise gradient, its size depends on sequence lengths,
-# and it rewards the policy for moving the reward model's score rather than for producing better samples.
+# When a reward really depends on $\theta$ (an entropy bonus, say), the gradient of $\mathbb{E}_\pi[r(o,\theta)]$ is
+# $\mathbb{E}[r\,\nabla\log\pi(o)] + \mathbb{E}[\nabla_\theta r(o,\theta)]$, and the second term belongs there, as the
+# gradient of the mean reward. The leak is something else: the gradient of $\frac1n\sum_i T_i A_i$, through the
+# group normalisation (which makes it vanish for equal lengths and divides it by the group's std) and weighted by
+# length. If a pathwise term is wanted, add it as its own, explicit loss term. A reward model is a judge, not part
+# of the objective: differentiating through it trains the policy to move the judge's score, not to write better
+# samples.
 # </details>
 
 # %% [markdown]

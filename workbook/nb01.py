@@ -63,7 +63,7 @@ def corner_text(ax, x=0.03, y=0.95, ha="left"):
 
 
 def sampling_figure(frequencies):
-    """Notebook 01 §2: sampled frequencies (bars) of logits TOY_LOGITS / T against softmax(logits / T) (dots),
+    """notebook 01 §2: sampled frequencies (bars) of logits TOY_LOGITS / T against softmax(logits / T) (dots),
     buggy | fixed. frequencies(module, logits (V,)) -> (V,). update(temperature) returns each twin's
     total-variation distance 0.5 * sum_v |freq_v - p_v|."""
     fig, axes = buggy_vs_fixed("sampling from logits [2, 1, 0, -1, -2] / T", figsize=(7.0, 2.6))
@@ -98,7 +98,7 @@ def sampling_figure(frequencies):
 
 
 def spread_figure(group):
-    """Notebook 01 §3: advantages of the group group(spread) (a list of rewards), buggy | fixed; a NaN drawn
+    """notebook 01 §3: advantages of the group group(spread) (a list of rewards), buggy | fixed; a NaN drawn
     as a cross at 0. update(spread) returns each twin's advantages as a list."""
     fig, axes = buggy_vs_fixed("advantages of a group of 4 rewards around 0.5", figsize=(7.0, 2.6))
     G = len(group(0.0))
@@ -130,7 +130,7 @@ def spread_figure(group):
 
 
 def masked_mean_figure(estimates, paddings: dict, *, width: int = 8):
-    """Notebook 01 §6: estimates of a masked mean against the fraction of masked tokens (all width + 1 fractions
+    """notebook 01 §6: estimates of a masked mean against the fraction of masked tokens (all width + 1 fractions
     of a width-token row), the current fraction marked; non-finite estimates drawn as crosses on the top edge.
     estimates(masked_fraction, padding value) -> {'truth': .., naive: .., B5: .., fixed: ..} in this order;
     paddings: label -> padding value. update(masked_fraction, padding label) returns the estimates there."""

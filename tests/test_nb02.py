@@ -84,8 +84,14 @@ def test_drift_figure_shows_the_traces(snap, token_adv):
         assert panel.hi.get_ydata()[-1] == pytest.approx(fixed["ratio"][-1].max().item())
         assert result["last_max_fixed"] == pytest.approx(fixed["ratio"][-1].max().item())
         assert result["last_outside_fixed"] == pytest.approx(clipped(fixed["ratio"][-1], token_adv, 0.2).float().mean())
-        assert [b.get_height() for b in panel.clipped][4:] == [0.0, 0.0]  # steps beyond the trace: no bar
-        assert panel.clipped[3].get_height() == pytest.approx(nb02.BAR_SCALE * fixed["clipped"][3])
+        heights = list(panel.clipped.get_data().values)
+        assert heights[4:] == [0.0, 0.0]  # steps beyond the trace: no bar
+        assert heights[:4] == pytest.approx([nb02.BAR_SCALE * c for c in fixed["clipped"]])
+        outlined = panel.missed.get_data()
+        outside = [clipped(r, token_adv, 0.2).float().mean().item() for r in fixed["ratio"]]
+        assert list(outlined.values[:4]) == pytest.approx([nb02.BAR_SCALE * max(o, c)
+                                                           for o, c in zip(outside, fixed["clipped"], strict=True)])
+        assert list(outlined.baseline) == pytest.approx(heights)  # the outline starts on the filled bar's top
         assert result["first_clip_buggy"] is None and fig.buggy.note.get_text() == "clipping never engages"
         first = next((k for k, c in enumerate(fixed["clipped"]) if c > 0), None)
         assert result["first_clip_fixed"] == first

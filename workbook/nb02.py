@@ -133,8 +133,8 @@ BAR_SCALE = 0.6
 DRIFT_CAPTION = ("Band: 5-95% of the true ratio pi_k / pi_old, thin lines: its min and max; circles (solid): mean "
                  "ratio of the A>0 tokens, squares (dashed): of the A<0 tokens; dotted black: mean ratio the loss "
                  "sees; dashed grey: the clip window. Bars: token fraction the loss clipped (filled) and outside the "
-                 "window on the side A pushes but not clipped by the loss (outlined). Vertical line: first step "
-                 "where clipping engages.")
+                 "window on the side A pushes but not clipped by the loss (outlined); a bar "
+                 f"{BAR_SCALE:.0%} of the panel high = all tokens. Vertical line: first step where clipping engages.")
 """what the drift figure's artists are (a caption under the image: cheaper than a legend in every redraw)"""
 
 
@@ -161,7 +161,7 @@ class _DriftPanel:
         ax.minorticks_off()
         ax.set_xlim(-0.5, max_steps - 0.5)  # fixed: the trace grows to the right as steps are added
         ax.set_xticks(range(0, max_steps, 3))  # few fixed ticks: tick layout is most of a redraw's cost
-        ax.set_xlabel("inner step k (full batch)")
+        ax.set_xlabel("inner step k")
         self.band = ax.fill_between(ks, ones, ones, color=color, alpha=0.18, label="true ratio, 5-95%")
         (self.lo,) = ax.plot(ks, ones, color=color, lw=0.7, label="true ratio, min / max")
         (self.hi,) = ax.plot(ks, ones, color=color, lw=0.7)
@@ -170,11 +170,11 @@ class _DriftPanel:
         (self.seen,) = ax.plot(ks, ones, ":", color="k", label="mean ratio the loss sees")
         self.window = [ax.axhline(1.0, color="grey", ls="--", lw=0.8) for _ in range(2)]
         on_axes = blended_transform_factory(ax.transData, ax.transAxes)  # x in steps, y in panel height
+        self.edges = [k - 0.5 for k in range(max_steps + 1)]  # one bar per step, side by side
         zeros = [0.0] * max_steps
-        self.clipped = ax.bar(ks, zeros, width=0.6, color=color, alpha=0.45, transform=on_axes,
-                              label="clipped by the loss")
-        self.missed = ax.bar(ks, zeros, width=0.6, fill=False, edgecolor=color, lw=0.8, transform=on_axes,
-                             label="outside window, not clipped")
+        self.clipped = ax.stairs(zeros, self.edges, baseline=0.0, fill=True, color=color, alpha=0.45,
+                                 transform=on_axes)  # one patch for all steps: cheaper than a bar each
+        self.missed = ax.stairs(zeros, self.edges, baseline=0.0, color=color, lw=0.8, transform=on_axes)
         self.first = ax.axvline(0, color=color, lw=1.5)
         self.note = ax.text(0.1, 30, "", color=color, fontsize="small", va="top")
 
@@ -193,12 +193,11 @@ class _DriftPanel:
         for line, edge in zip(self.window, (1 - clip, 1 + clip), strict=True):
             line.set_ydata([edge, edge])
         outside = [clipped_fn(r, token_adv, clip).float().mean().item() for r in ratios]
-        for k, (solid, outlined) in enumerate(zip(self.clipped, self.missed, strict=True)):
-            by_loss = trace["clipped"][k] if k < steps else 0.0
-            missed = max(0.0, outside[k] - by_loss) if k < steps else 0.0
-            solid.set_height(BAR_SCALE * by_loss)
-            outlined.set_y(BAR_SCALE * by_loss)
-            outlined.set_height(BAR_SCALE * missed)
+        pad = [0.0] * (len(self.edges) - 1 - steps)  # steps not replayed: no bar
+        by_loss = [BAR_SCALE * c for c in trace["clipped"]] + pad
+        top = [BAR_SCALE * max(o, c) for o, c in zip(outside, trace["clipped"], strict=True)] + pad
+        self.clipped.set_data(by_loss, self.edges, baseline=0.0)
+        self.missed.set_data(top, self.edges, baseline=by_loss)  # outline from the filled bar's top up
         first = next((k for k, c in enumerate(trace["clipped"]) if c > 0), None)
         self.first.set_visible(first is not None)
         if first is not None:
@@ -224,8 +223,7 @@ class DriftFigure:
 
     def update(self, buggy: dict, fixed: dict, token_adv, lr: float, clip: float) -> dict:
         """Redraw from two traces (nb02.inner_trace) -> the numbers a check cell prints, per side."""
-        self.title.set_text(f"ratio over inner steps: lr={lr:.0e}, clip={clip:.2f} "
-                            f"(bars: token fraction; {BAR_SCALE:.0%} of the height = all tokens)")
+        self.title.set_text(f"lr={lr:.0e}, clip={clip:.2f}")
         b = self.buggy.update(buggy, token_adv, clip, self.clipped_fn)
         f = self.fixed.update(fixed, token_adv, clip, self.clipped_fn)
         return {f"{key}_{side}": value for side, part in (("buggy", b), ("fixed", f)) for key, value in part.items()}

@@ -325,6 +325,8 @@ def test_parse_marker():
     ("0.003", "3.00e-3", True),        # FloatLogSlider readout (d3 format, exponent without padding)
     ("0.0031", "3.00e-3", False),
     ("-0.5", "\u22120.50", True),      # d3 writes a Unicode minus
+    ("-inf", "-inf", True),
+    ("-inf", "0.00", False),
     ("low", "low", True),
     ("low", "high", False),
 ])

@@ -460,7 +460,7 @@ def logprobs_in_mode(policy, batch, temperature, *, train, mask_seed=None):
 
 
 PAIRS = {  # name -> (dropout, old pass, new pass), each pass (train mode?, mask seed)
-    "eval / train (the twins)": (0.1, (False, None), (True, None)),
+    "eval / train (as the twins)": (0.1, (False, None), (True, None)),
     "train / train (same mode)": (0.1, (True, None), (True, None)),
     "eval / eval": (0.1, (False, None), (False, None)),
     "train / train, same mask": (0.1, (True, 7), (True, 7)),
@@ -468,7 +468,7 @@ PAIRS = {  # name -> (dropout, old pass, new pass), each pass (train mode?, mask
     "eval / train, dropout 0.3": (0.3, (False, None), (True, None)),
 }
 torch.manual_seed(0)  # the dropout masks come from the global generator
-print(f"{'old pass / new pass':26s} {'rho range':>16s}  {'mean log rho':>12s}  clipped at 0.2")
+print(f"{'old pass / new pass':28s} {'rho range':>16s}  {'mean log rho':>12s}  clipped at 0.2")
 dropout_rows = {}
 for name, (p, (old_train, old_seed), (new_train, new_seed)) in PAIRS.items():
     policy_p, _ = nb02.restore(snap, dropout=p)
@@ -478,21 +478,21 @@ for name, (p, (old_train, old_seed), (new_train, new_seed)) in PAIRS.items():
     rho = log_rho.exp()
     dropout_rows[name] = row = dict(lo=rho.min().item(), hi=rho.max().item(), mean_log=log_rho.mean().item(),
                                     clipped=int(clipped(rho, token_adv, 0.2).sum()))
-    print(f"{name:26s} [{row['lo']:.3f}, {row['hi']:.3f}]  {row['mean_log']:+12.4f}  "
+    print(f"{name:28s} [{row['lo']:.3f}, {row['hi']:.3f}]  {row['mean_log']:+12.4f}  "
           f"{row['clipped']:3d}/{rho.numel()}")
 same_mode = dropout_rows["train / train (same mode)"]
-twins = dropout_rows["eval / train (the twins)"]
+twins = dropout_rows["eval / train (as the twins)"]
 assert same_mode["lo"] < 0.8 and same_mode["hi"] > 1.2 and same_mode["clipped"] > 0
 assert same_mode["hi"] / same_mode["lo"] > twins["hi"] / twins["lo"] and same_mode["clipped"] > twins["clipped"]
 for name in ("eval / eval", "train / train, same mask", "no dropout, train / train"):
     assert dropout_rows[name]["lo"] == dropout_rows[name]["hi"] == 1
-assert dropout_rows["eval / train, dropout 0.3"]["clipped"] > dropout_rows["eval / train (the twins)"]["clipped"]
+assert dropout_rows["eval / train, dropout 0.3"]["clipped"] > dropout_rows["eval / train (as the twins)"]["clipped"]
 
 # %% [markdown]
 # With the weights fixed, train mode for both passes spreads the ratio over [0.487, 2.514] at dropout
 # 0.1 and the clip acts on 15 of 224 tokens: pure noise, and wider than the twins' own eval / train
-# mismatch ([0.616, 1.402], 9 tokens), since now both sides carry a random mask. Three things do give
-# exactly 1:
+# mismatch ([0.616, 1.402], 9 tokens; 21 at dropout 0.3), since now both sides carry a random mask.
+# Three things do give exactly 1:
 #
 # - **eval mode for both passes** (dropout off while computing the log-probs of the loss),
 # - **no dropout** (TRL's `GRPOConfig` has `disable_dropout`: "Whether to disable dropout in the model.
@@ -500,7 +500,7 @@ assert dropout_rows["eval / train, dropout 0.3"]["clipped"] > dropout_rows["eval
 #   logprobs for the same input", default `False`; `trl/trainer/grpo_config.py` at commit `006d32c`),
 # - **the same dropout mask** for both passes (here: the same seed, same batch, same shapes; a real
 #   trainer would have to store or replay each sequence's mask across minibatches, which is why the first
-#   two are what people do).
+#   two are the practical fixes).
 
 # %% [markdown]
 # ### 5.2 Temperature mismatch (B10), on 5 logits

@@ -84,7 +84,7 @@ BUGS = [
               "row t should come from position P + t, i.e. [2, 3, 4]",
         fix="the logit at position l predicts token l + 1, so the logits of the completion are the T rows "
             "before the last one, logits[:, -T - 1 : -1], not logits[:, -T:]"),
-    Bug("B7", "token_logprobs", "log(softmax) instead of logits - logsumexp",
+    Bug("B7", "token_logprobs", "log(softmax) instead of log_softmax",
         symptom="-inf log-probs and NaN losses appear once the policy grows confident (large logits)",
         stats=("loss", "nonfinite_steps"),
         probe="logits [0, 200], token 0: the log-prob should be -200; the buggy one is -inf (softmax underflows "

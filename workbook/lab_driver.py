@@ -440,7 +440,9 @@ ARM_LIVE_PLOT_TIMER_JS = """(root) => {
                        attributeFilter: ['src']});
 }"""
 REDRAW_STATE_JS = "() => ({t0: window.__redraw.t0, markers: window.__redraw.markers, srcs: window.__redraw.srcs, " \
-                  "loads: window.__redraw.loads})"
+                  "loads: window.__redraw.loads, now: performance.now()})"
+SAME_IMAGE_GRACE_MS = 500
+"""a status line without a new image: the kernel's PNG was byte-identical (no update sent) once this long passed"""
 
 # The deprecated machinery: keydown time, then the time a new <img> shows up in the widget's output.
 ARM_INTERACTIVE_TIMER_JS = """(output) => {
@@ -522,7 +524,8 @@ def room(widget, index: int, direction: str) -> bool:
 def step_live_plot(page, widget, index: int = 0, direction: str = "right") -> dict:
     """One key press on slider `index` of a live_plot; flips direction at a bound. -> {seconds, direction,
     marker, renders, readouts}: seconds from keydown until the status line states the new value and the
-    image set with it has loaded."""
+    image set with it has loaded. When the new value draws a byte-identical PNG the kernel sends no new
+    image (renders 0): then the time is the status line's."""
     if not room(widget, index, direction):
         direction = "left" if direction == "right" else "right"
     widget.evaluate(ARM_LIVE_PLOT_TIMER_JS)
@@ -537,13 +540,17 @@ def step_live_plot(page, widget, index: int = 0, direction: str = "right") -> di
         if errors:
             raise LabError(f"update raised inside the widget: {errors[-1][:2000]}")
         if hit is not None:
-            srcs = [t for t in state["srcs"] if t <= hit["t"]]
-            loads = [t for t in state["loads"] if srcs and t >= srcs[-1]]
-            if srcs and loads:
-                t0, t1 = state["t0"], max(hit["t"], loads[0])
-                return dict(seconds=(t1 - t0) / 1000, direction=direction, renders=len(state["srcs"]),
-                            image_arrived_s=(srcs[-1] - t0) / 1000, image_loaded_s=(loads[0] - srcs[-1]) / 1000,
-                            marker=" ".join(hit["text"].split()), readouts=shown)
+            t0, marker = state["t0"], " ".join(hit["text"].split())
+            before = [t for t in state["srcs"] if t <= hit["t"]]
+            src = before[-1] if before else (state["srcs"][0] if state["srcs"] else None)
+            loads = [t for t in state["loads"] if src is not None and t >= src]
+            if src is not None and loads:
+                return dict(seconds=(max(hit["t"], loads[0]) - t0) / 1000, direction=direction,
+                            renders=len(state["srcs"]), image_arrived_s=(src - t0) / 1000,
+                            image_loaded_s=(loads[0] - src) / 1000, marker=marker, readouts=shown)
+            if src is None and state["now"] - hit["t"] > SAME_IMAGE_GRACE_MS:  # same picture at the new value
+                return dict(seconds=(hit["t"] - t0) / 1000, direction=direction, renders=0, image_arrived_s=None,
+                            image_loaded_s=None, marker=marker, readouts=shown)
         if time.monotonic() > deadline:
             raise LabError(f"no matching redraw {REDRAW_TIMEOUT_S} s after the key press: controls {shown}, "
                            f"status lines {[m['text'] for m in state['markers']]}, {len(state['srcs'])} image(s)")

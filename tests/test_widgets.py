@@ -389,3 +389,13 @@ def test_animated_marks_artists_inside_containers():
     assert all(p.get_animated() for p in bars) and all(line.get_animated() for line in lines)
     assert bar_container.lines[0].get_animated() and all(c.get_animated() for c in bar_container.lines[2])
     assert title.get_animated() and not ax.patch.get_animated()
+
+
+def test_a_transparent_figure_background_is_made_opaque():
+    fig, ax = plt.subplots(figsize=(3, 2), facecolor=(1, 1, 1, 0))
+    ax.plot([0, 1], [0, 1])
+    w = live_plot(fig, lambda x: x, x=slider(0.5, 0.0, 1.0, 0.1, "x"))
+    from PIL import Image
+
+    alpha = np.asarray(Image.open(io.BytesIO(bytes(w.image.value))))[..., 3]  # (H, W)
+    assert alpha.min() == 255

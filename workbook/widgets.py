@@ -142,9 +142,17 @@ def animated_artists(fig) -> list:
     return ordered + sorted(own, key=lambda a: a.get_zorder())
 
 
+def _extent(artist, renderer):
+    """An artist's window extent; the whole figure when it cannot say (then it counts as overlapping)."""
+    try:
+        return artist.get_window_extent(renderer)
+    except Exception:  # an artist type without a usable extent: be conservative
+        return artist.get_figure(root=True).bbox
+
+
 def _painted_box(artist, renderer):
     """The window box an artist can paint into (its extent, cut to its clip box when it clips)."""
-    box = artist.get_window_extent(renderer)
+    box = _extent(artist, renderer)
     clip = artist.get_clip_box() if artist.get_clip_on() else None
     return Bbox.intersection(box, clip) if clip is not None else box
 
@@ -157,7 +165,7 @@ def overlay_artists(fig, animated: list, renderer) -> list:
     first = min((order.index(a) for a in animated if a in order), default=0)
     boxes = [b for b in (_painted_box(a, renderer) for a in animated) if b is not None]
     return [a for a in order[first:] if not a.get_animated()
-            and any(a.get_window_extent(renderer).overlaps(b) for b in boxes)]
+            and any(_extent(a, renderer).overlaps(b) for b in boxes)]
 
 
 class FigureRenderer:
@@ -259,7 +267,7 @@ class LivePlot(widgets.VBox):
         self.result, self.error, self.redraws, self.last_redraw_s, self.last_update_s = None, None, 0, None, None
         plt.close(fig)  # out of pyplot: no inline display of it at the end of the cell, ever
         fig.set_dpi(dpi)
-        if fig.patch.get_alpha() is not None and fig.patch.get_alpha() < 1:
+        if fig.patch.get_facecolor()[3] < 1:
             fig.patch.set_alpha(1.0)  # an opaque background: the image must read on a dark theme too
         self.renderer = FigureRenderer(fig, auto_animate=AUTO_ANIMATE)
         self.canvas = self.renderer.canvas

@@ -324,9 +324,8 @@ def default_file() -> Path:
     return max(rounds, key=lambda p: (rounds[p].drawn_at, rounds[p].number))
 
 
-def make_job(path: Path | str | None) -> Job:
-    """Read and check a file before anything runs: missing file, syntax error, round header."""
-    path = Path(path) if path else default_file()
+def read_python(path: Path) -> str:
+    """The text of a Python file; CannotGrade with one clear line if it is missing, unreadable or not Python."""
     if not path.is_file():
         raise CannotGrade(f"{path}: no such file")
     try:
@@ -337,6 +336,13 @@ def make_job(path: Path | str | None) -> Job:
         compile(text, str(path), "exec", dont_inherit=True)
     except SyntaxError as e:
         raise CannotGrade(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    return text
+
+
+def make_job(path: Path | str | None) -> Job:
+    """Read and check a file before anything runs: missing file, syntax error, round header."""
+    path = Path(path) if path else default_file()
+    text = read_python(path)
     info = parse_header(text)
     if info is not None:
         base = round_source(info.number, info.bugs, info.drawn_at)

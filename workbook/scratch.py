@@ -612,16 +612,7 @@ def load_scratch(path: Path | str) -> tuple[types.ModuleType, tuple[str, ...]]:
     practice._warm_up()  # the first Adam imports torch._dynamo: do it outside any time limit, since an
     # import interrupted by the alarm would leave torch._dynamo half-initialised for the rest of the process
     path = Path(path)
-    if not path.is_file():
-        raise CannotGrade(f"{path}: no such file")
-    try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise CannotGrade(f"{path}: cannot read it ({error})") from None
-    try:
-        compile(source, str(path), "exec", dont_inherit=True)
-    except SyntaxError as error:
-        raise CannotGrade(f"{path}:{error.lineno}: syntax error: {error.msg}") from None
+    source = practice.read_python(path)
     try:
         funcs = declared_funcs(source)
     except ValueError as error:

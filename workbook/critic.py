@@ -1,12 +1,13 @@
-"""A learned value baseline (a small PPO-style critic) next to GRPO's group baseline, and the exact
-per-prompt values that notebook 05 measures both against.
+"""Machinery of notebook 05: a learned value baseline (a small PPO-style critic) run beside GRPO's group
+baseline, the exact per-prompt values both are measured against, and the notebook's figures.
 
-Everything except the advantage is grpo_fixed's: the same TinyPolicy, rollout/generate, cached old and
-reference log-probs, clipped surrogate (grpo_fixed.grpo_loss), KL penalty, optimizer_step. Three
-baselines, chosen by `train_with_baseline(baseline=...)`:
+Everything except the advantage is the twin's (grpo_fixed, or a hybrid passed as `module`): the same
+TinyPolicy, setup_run, rollout/generate, cached old and reference log-probs, clipped surrogate (grpo_loss),
+KL penalty, optimizer_step. Three baselines, chosen by `train_with_baseline(baseline=...)`:
 
   "group"   A_i   = (r_i - mean_j r_j) / (std_j r_j + eps) within the prompt's group of G
-            (grpo_fixed.batch_advantages unchanged: this variant reproduces grpo_fixed.train exactly)
+            (module.batch_advantages unchanged: with module=grpo_fixed this reproduces grpo_fixed.train's
+            statistics exactly; only the preflight probes train() runs first are skipped)
   "critic"  A_i,t = GAE(gamma=1, lambda) from a learned V_phi(s_t), s_t = prompt + completion[:t];
             with lambda = 1 and an outcome reward, A_i,t = r_i - V_phi(s_t). Scaled by the batch std
             of the token advantages (no centring, so the baseline is the critic's alone)
@@ -14,6 +15,8 @@ baselines, chosen by `train_with_baseline(baseline=...)`:
 
 The critic is a TinyPolicy whose head outputs one number instead of V logits; it is trained with
 0.5 * masked_mean((V_phi(s_t) - target_t)^2) on the same minibatches as the policy, with its own Adam.
+The baselines the notebook teaches (group mean, leave-one-out, B9's wrong axis) are defined in its cells
+and passed to baseline_experiment here.
 Symbols: N = B*G sequences, T = max completion length, V = vocabulary size, K = all completions.
 """
 
@@ -25,8 +28,10 @@ import time
 
 import torch
 import torch.nn as nn
+from matplotlib.collections import LineCollection
 
 import grpo_fixed as gf
+from workbook import plots
 
 BASELINES = ("group", "critic", "none")
 
@@ -108,7 +113,7 @@ def explained_variance(values, targets, mask):
 
 
 # ----------------------------------------------------------------------------------------------
-# Training: grpo_fixed's loop with a choice of baseline
+# Training: the twin's loop with a choice of baseline
 
 
 def attach_advantages(batch, baseline, critic, cfg, lam):
@@ -123,14 +128,15 @@ def attach_advantages(batch, baseline, critic, cfg, lam):
         critic.eval()
         values = state_values(critic, batch["prompts"], batch["completions"])  # (N, T)
     adv = gae_advantages(values, rewards, mask, lam)  # (N, T)
+    batch["values"] = torch.where(mask, values, 0.0)  # (N, T): V_phi_old(s_t), fixed at rollout time
     batch["returns"] = torch.where(mask, adv + values, 0.0)  # (N, T): lambda-returns, the critic's target
     batch["token_advantages"] = batch_scaled(adv, mask, cfg.adv_eps)  # (N, T)
     return dict(value_error=(values[:, 0] - rewards).abs().mean().item(),
                 explained_variance=explained_variance(values, batch["returns"], mask))
 
 
-def update_policy_and_critic(policy, optimizer, critic, critic_optimizer, batch, cfg, generator):
-    """grpo_fixed.update_policy with per-token advantages, plus one critic step per minibatch."""
+def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer, batch, cfg, generator):
+    """module.update_policy with per-token advantages, plus one critic step per minibatch."""
     policy.train()
     critic.train()
     N = batch["rewards"].shape[0]
@@ -139,50 +145,52 @@ def update_policy_and_critic(policy, optimizer, critic, critic_optimizer, batch,
         order = torch.randperm(N, generator=generator)
         for idx in order.chunk(cfg.minibatches):
             prompts, completions, mask = batch["prompts"][idx], batch["completions"][idx], batch["mask"][idx]
-            logprobs = gf.policy_logprobs(policy, prompts, completions, cfg.temperature)  # (n, T)
+            logprobs = module.policy_logprobs(policy, prompts, completions, cfg.temperature)  # (n, T)
             old_logprobs = batch["old_logprobs"][idx]  # (n, T)
             adv = batch["token_advantages"][idx]  # (n, T)
-            kl = gf.kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
+            kl = module.kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
             loss = token_grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip) + cfg.beta * kl
-            grad_norm = gf.optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
+            grad_norm = module.optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
             v_loss = value_loss(state_values(critic, prompts, completions), batch["returns"][idx], mask)
-            gf.optimizer_step(critic, critic_optimizer, v_loss, cfg.max_grad_norm)
+            module.optimizer_step(critic, critic_optimizer, v_loss, cfg.max_grad_norm)
             flat = lambda x: x.reshape(-1, 1)  # noqa: E731  tokens as length-1 rows for the record
-            records.append(gf.inner_step_record(flat(logprobs), flat(old_logprobs), adv.reshape(-1), flat(mask),
-                                                cfg.clip, kl, loss, grad_norm))
+            records.append(module.inner_step_record(flat(logprobs), flat(old_logprobs), adv.reshape(-1), flat(mask),
+                                                    cfg.clip, kl, loss, grad_norm))
     return records
 
 
-def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapshot_at=(), **overrides):
-    """grpo_fixed.train with the advantage from `baseline` ("group", "critic", "none").
+def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapshot_at=(), module=gf,
+                        on_setup=None, **overrides):
+    """module.train's loop (default grpo_fixed; a catalog hybrid works too) with the advantage from `baseline`
+    ("group", "critic", "none"), without the preflight probes train() runs first.
 
-    Returns (history, snapshots): one stats dict per iteration (grpo_fixed's keys, plus value_error
-    and explained_variance for the critic), and {iteration: (policy, critic or None)} deep copies
-    taken *before* that iteration's rollout. baseline="group" gives exactly grpo_fixed.train's stats.
+    Returns (history, snapshots): one stats dict per iteration (the twin's keys, plus value_error and
+    explained_variance for the critic), and {iteration: (policy, critic or None)} deep copies taken *before*
+    that iteration's rollout. on_setup({"policy", "reference", "critic"}: module or None) is called once the
+    networks exist (count_passes hooks them). baseline="group" gives exactly module.train's stats.
     """
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-    cfg = gf.make_config(**overrides)
-    task = gf.EchoTask() if task is None else task
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    policy = gf.TinyPolicy(task.vocab_size, cfg.hidden, cfg.dropout)
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    cfg = module.make_config(**overrides)
+    task = module.EchoTask() if task is None else task
+    policy, ref_policy, optimizer, generator = module.setup_run(task, cfg, seed)
     critic = make_critic(task, cfg.hidden) if baseline == "critic" else None
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr) if critic is not None else None
+    if on_setup is not None:
+        on_setup({"policy": policy, "reference": ref_policy, "critic": critic})
     history, snapshots = [], {}
     for it in range(cfg.steps):
         if it in snapshot_at:
             snapshots[it] = (copy.deepcopy(policy).eval(), copy.deepcopy(critic).eval() if critic else None)
         start = time.perf_counter()
-        batch, stats = gf.rollout(policy, ref_policy, task, cfg, generator)
+        batch, stats = module.rollout(policy, ref_policy, task, cfg, generator)
         stats.update(attach_advantages(batch, baseline, critic, cfg, lam))
         if baseline == "critic":
-            records = update_policy_and_critic(policy, optimizer, critic, critic_optimizer, batch, cfg, generator)
+            records = update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer, batch, cfg,
+                                               generator)
         else:
-            records = gf.update_policy(policy, optimizer, batch, cfg, generator)
-        stats.update(gf.summarize_inner_steps(records))
+            records = module.update_policy(policy, optimizer, batch, cfg, generator)
+        stats.update(module.summarize_inner_steps(records))
         stats.update(iteration=it, seconds=time.perf_counter() - start)
         history.append(stats)
     return history, snapshots
@@ -197,26 +205,28 @@ def parameter_count(module) -> int:
 
 
 def count_passes(task=None, *, baseline="group", **overrides):
-    """Run one iteration and count network calls: {(network, 'forward' | 'forward+backward'): [calls, rows]}.
+    """Run one iteration and count network calls: {(network, 'forward' | 'forward+backward'): (calls, rows)}.
 
-    A call under torch.no_grad is forward only; a call with grad enabled is followed by one backward.
+    A forward hook on each network instance (policy, frozen reference, critic) records every call; a call
+    with grad enabled is followed by one backward, a call under torch.no_grad is forward only.
     """
-    counts = {}
-    original = gf.TinyPolicy.forward
+    counts, handles = {}, []
 
-    def forward(self, tokens):
-        frozen = not self.embed.weight.requires_grad
-        name = "critic" if self.head.out_features == 1 else ("reference" if frozen else "policy")
-        kind = "forward+backward" if torch.is_grad_enabled() else "forward"
-        calls, rows = counts.get((name, kind), (0, 0))
-        counts[(name, kind)] = (calls + 1, rows + tokens.shape[0])
-        return original(self, tokens)
+    def counter(name):
+        def hook(network, args, output):
+            kind = "forward+backward" if torch.is_grad_enabled() else "forward"
+            calls, rows = counts.get((name, kind), (0, 0))
+            counts[(name, kind)] = (calls + 1, rows + args[0].shape[0])
+        return hook
 
-    gf.TinyPolicy.forward = forward
+    def attach(networks):
+        handles.extend(net.register_forward_hook(counter(name)) for name, net in networks.items() if net is not None)
+
     try:
-        train_with_baseline(task, baseline=baseline, **{**overrides, "steps": 1})
+        train_with_baseline(task, baseline=baseline, on_setup=attach, **{**overrides, "steps": 1})
     finally:
-        gf.TinyPolicy.forward = original
+        for handle in handles:
+            handle.remove()
     return counts
 
 
@@ -275,25 +285,7 @@ def critic_prompt_values(critic, prompts, task):
 
 # ----------------------------------------------------------------------------------------------
 # Baselines as estimators of V(x), for rewards laid out prompt-major (B*G,) = [x0]*G, [x1]*G, ...
-
-
-def group_mean_baseline(rewards, G):
-    """b_i = mean of i's own group (r_i included), the GRPO baseline. (..., B*G) -> (..., B*G)"""
-    groups = rewards.unflatten(-1, (-1, G))  # (..., B, G)
-    return groups.mean(-1, keepdim=True).expand_as(groups).flatten(-2)
-
-
-def leave_one_out_baseline(rewards, G):
-    """b_i = mean of the other G-1 rewards of i's group (RLOO). (..., B*G) -> (..., B*G)"""
-    groups = rewards.unflatten(-1, (-1, G))  # (..., B, G)
-    return ((groups.sum(-1, keepdim=True) - groups) / (G - 1)).flatten(-2)
-
-
-def wrong_axis_baseline(rewards, G):
-    """The mean that B9 subtracts: grpo_buggy reshapes (B*G,) to (G, B) and averages each row of B
-    consecutive rewards, so a "group" spans parts of several prompts. (..., B*G) -> (..., B*G)"""
-    rows = rewards.unflatten(-1, (G, -1))  # (..., G, B): the buggy view
-    return rows.mean(-1, keepdim=True).expand_as(rows).flatten(-2)
+# (the baseline functions themselves are the notebook's: b(rewards (R, B*G), G, slots (R, B*G)) -> (R, B*G))
 
 
 def reward_levels(probs, rewards):
@@ -335,13 +327,14 @@ def error_stats(baseline, values, prompt_ids, n_prompts):
     return dict(mse=mse, bias2=bias2, variance=mse - bias2, mean_b=mean_b, std_b=std_b)
 
 
-def baseline_experiment(probs, rewards, critic_values, Gs, *, B=16, repeats=400, seed=0):
+def baseline_experiment(probs, rewards, Gs, baselines, *, no_reset=None, B=16, repeats=400, seed=0):
     """Error of every baseline as an estimate of V(x), for each group size G (exact V, sampled rewards).
 
-    probs, rewards (n, K) from exact_outcomes; critic_values (n,) = V_phi(s_0). Each repeat is one
-    rollout batch of B uniformly drawn prompts x G samples, prompt-major like grpo_fixed.rollout.
-    "no reset" draws a *different* prompt for each of the G samples of a group (a start state that
-    cannot be replayed). -> {G: {baseline name: error_stats}}
+    probs, rewards (n, K) from exact_outcomes. Each repeat is one rollout batch of B uniformly drawn prompts
+    x G samples, prompt-major like grpo_fixed.rollout; baselines {name: b(rewards (R, B*G), G, slots)}, slots
+    (R, B*G) the prompt of every sample. no_reset {name: b}: the same baselines on batches where each of
+    the G samples of a "group" starts from its *own* random prompt (a start state that cannot be replayed).
+    -> {G: {name: error_stats}}
     """
     n = probs.shape[0]
     value = (probs * rewards).sum(1)  # (n,) exact V(x)
@@ -351,122 +344,55 @@ def baseline_experiment(probs, rewards, critic_values, Gs, *, B=16, repeats=400,
         g = torch.Generator().manual_seed(seed + G)
         prompt_ids = torch.randint(0, n, (repeats, B), generator=g)  # (R, B)
         r = sample_rewards(levels, level_probs, prompt_ids, G, g)  # (R, B*G)
-        slot_ids = prompt_ids.repeat_interleave(G, 1)  # (R, B*G)
-        free_ids = torch.randint(0, n, (repeats, B * G), generator=g)  # (R, B*G): every sample its own state
-        r_free = sample_rewards(levels, level_probs, free_ids, 1, g)  # (R, B*G)
-        stats = {
-            "no baseline": torch.zeros_like(r),
-            "group mean": group_mean_baseline(r, G),
-            "leave-one-out": leave_one_out_baseline(r, G) if G > 1 else torch.zeros_like(r),
-            "critic": critic_values[slot_ids],
-            "B9 wrong axis": wrong_axis_baseline(r, G),
-        }
-        out[G] = {name: error_stats(b, value[slot_ids], slot_ids, n) for name, b in stats.items()}
-        out[G]["no reset"] = error_stats(group_mean_baseline(r_free, G), value[free_ids], free_ids, n)
+        slots = prompt_ids.repeat_interleave(G, 1)  # (R, B*G)
+        free = torch.randint(0, n, (repeats, B * G), generator=g)  # (R, B*G): every sample its own state
+        r_free = sample_rewards(levels, level_probs, free, 1, g)  # (R, B*G)
+        out[G] = {name: error_stats(b(r, G, slots), value[slots], slots, n) for name, b in baselines.items()}
+        out[G].update({name: error_stats(b(r_free, G, free), value[free], free, n)
+                       for name, b in (no_reset or {}).items()})
     return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Per-token credit assignment
-
-
-def exact_prefix_values(probs, rewards, completions, mask, k):
-    """Exact V(s_t) = E[r | o_<t = prefix of completion k] for t = 0..L_k (V(s_L) = r_k, the outcome).
-
-    probs, rewards (K,) for one prompt; completions, mask (K, T) from all_completions. -> (L_k + 1,)
-    """
-    length = int(mask[k].sum())
-    out = []
-    for t in range(length):
-        same = (completions[:, :t] == completions[k, :t]).all(1)  # (K,): completions sharing the prefix
-        out.append((probs[same] * rewards[same]).sum() / probs[same].sum())
-    out.append(rewards[k])
-    return torch.stack(out)
-
-
-def credit_assignment(horizons, *, G=8, p=0.5, groups=4000, seed=0):
-    """T independent binary choices c_t (right w.p. p), reward r = mean_t c_t; true A*_t = (c_t - p) / T.
-
-    Estimators of A*_t: "group" r_i - mean of its group (one number broadcast to all T tokens),
-    "critic lambda=1" r - V(s_t), "critic lambda=0" V(s_{t+1}) - V(s_t), both with the exact
-    V(s_t) = (sum_{s<t} c_s + (T - t) p) / T. -> {T: {name: (corr with A*_t, share of right tokens with A < 0)}}
-    """
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for T in horizons:
-        c = (torch.rand(groups, G, T, generator=g, dtype=torch.float64) < p).double()  # (groups, G, T)
-        r = c.mean(-1)  # (groups, G)
-        true = (c - p) / T  # (groups, G, T)
-        done = torch.cumsum(c, -1) - c  # (groups, G, T): right choices before t
-        v = (done + (T - torch.arange(T)) * p) / T  # (groups, G, T): exact V(s_t)
-        estimates = {
-            "group": (r - r.mean(-1, keepdim=True))[..., None].expand_as(true),
-            "critic lambda=1": r[..., None] - v,
-            "critic lambda=0": true.clone(),  # V(s_{t+1}) - V(s_t) = (c_t - p) / T exactly
-        }
-        right = c.bool()
-        out[T] = {name: (torch.corrcoef(torch.stack([a.flatten(), true.flatten()]))[0, 1].item(),
-                         (a[right] < -1e-12).double().mean().item()) for name, a in estimates.items()}
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Length bias of per-sequence normalisation (Dr. GRPO, Liu et al. 2025)
-
-
-def length_distribution(continue_logit, max_length=32):
-    """Geometric length with a forced stop: P(L) = q^(L-1) (1 - q) for L < Lmax, q^(Lmax-1) at Lmax.
-
-    q = sigmoid(theta). -> lengths (Lmax,), log P(L) (Lmax,) differentiable in theta.
-    """
-    lengths = torch.arange(1, max_length + 1, dtype=torch.float64)
-    log_q, log_stop = torch.nn.functional.logsigmoid(continue_logit), torch.nn.functional.logsigmoid(-continue_logit)
-    log_p = (lengths - 1) * log_q + log_stop * (lengths < max_length)  # the last length has no stop token to pay
-    return lengths, log_p
-
-
-def length_gradient(continue_logit, advantage, weighting, max_length=32):
-    """Exact expected policy gradient on the continue logit when every sequence has advantage A
-    (so the reward does not depend on length, and the true gradient is 0).
-
-    Per-token weight w(L) * A: weighting "sequence" w = 1/L (each sequence's token sum divided by |o_i|),
-    "token" w = 1/E[L] (one constant for all tokens: the twins' masked mean over a large batch, and
-    Dr. GRPO's fix). E[grad] = sum_L P(L) w(L) A d log P(L)/d theta.
-    """
-    theta = torch.as_tensor(continue_logit, dtype=torch.float64).clone().requires_grad_(True)
-    lengths, log_p = length_distribution(theta, max_length)
-    prob = log_p.exp().detach()
-    weight = 1 / lengths if weighting == "sequence" else 1 / (prob * lengths).sum()
-    (grad,) = torch.autograd.grad((prob * weight * advantage * log_p).sum(), theta)
-    return grad.item(), (prob * lengths).sum().item()
-
-
-def length_drift(weighting, *, steps=60, lr=2.0, start=1.0, max_length=32):
-    """Gradient ascent on the continue logits of right (A=+1) and wrong (A=-1) answers.
-    -> mean lengths per step: {"right": [...], "wrong": [...]}"""
-    theta = {"right": start, "wrong": start}
-    sign = {"right": 1.0, "wrong": -1.0}
-    trace = {"right": [], "wrong": []}
-    for _ in range(steps):
-        for branch in theta:
-            grad, mean_length = length_gradient(theta[branch], sign[branch], weighting, max_length)
-            trace[branch].append(mean_length)
-            theta[branch] += lr * grad
-    return trace
 
 
 # ----------------------------------------------------------------------------------------------
 # Figures
 
 
-def draw_baseline_per_prompt(ax, value, stats, color, label):
-    """Per prompt: mean baseline +- its std against the exact value V(x); the diagonal is b = V(x)."""
-    ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, zorder=0)
-    ax.errorbar(value, stats["mean_b"], yerr=stats["std_b"], fmt="o", ms=3, color=color, lw=0.8, label=label)
-    ax.set_xlabel("exact value V(x) of the prompt")
-    lo = max(0.0, float(value.min()) - 0.1)
-    ax.set_xlim(lo, 1)
-    ax.set_ylim(lo, 1)
+class PerPromptFigure:
+    """Two axes, B9's baseline (left) and the group mean (right): per prompt, the baseline's mean +- one std
+    over the sampled batches against the exact V(x) (the diagonal is b = V(x)); the critic's V_phi(s_0) as
+    crosses on the right. update(...) moves the points, bars and labels in place; they are animated artists, so
+    live_plot redraws only them over the cached rest of the figure."""
+
+    def __init__(self, value, critic_value, *, B, figsize=(8.0, 3.4)):
+        self.value = value.double()  # (n,)
+        self.fig, (ax_b, ax_f) = plots.buggy_vs_fixed(f"baseline per prompt vs exact V(x); B = {B}", figsize=figsize)
+        ax_b.set_title("B9: mean of a row of view(G, B)", color=plots.BUGGY)
+        ax_f.set_title("fixed: group mean", color=plots.FIXED)
+        lo = max(0.0, float(value.min()) - 0.1)
+        self.axes = {}
+        for ax, color in ((ax_b, plots.BUGGY), (ax_f, plots.FIXED)):
+            ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, zorder=0)
+            (points,) = ax.plot(value, value, "o", ms=3, color=color, label="mean of b +- std", animated=True)
+            bars = ax.add_collection(LineCollection([], colors=color, linewidths=0.8, animated=True))
+            label = ax.text(0.98, 0.03, "", ha="right", transform=ax.transAxes, fontsize="small", animated=True)
+            ax.set_xlim(lo, 1)
+            ax.set_ylim(lo, 1)
+            ax.set_xlabel("exact value V(x) of the prompt")
+            self.axes[ax] = (points, bars, label)
+        ax_f.plot(value, critic_value, "x", color=plots.REFERENCE, ms=4, label="critic V_phi(s_0)")
+        ax_b.set_ylabel("baseline b")
+        for ax in self.axes:
+            ax.legend(fontsize="small", loc="upper left")
+        self.panels = dict(zip(("B9", "group mean"), self.axes.values(), strict=True))
+
+    def update(self, G, stats_b9, stats_group):
+        """Show the error_stats of B9's and the group mean's baselines at group size G."""
+        for (points, bars, label), stats in zip(self.panels.values(), (stats_b9, stats_group), strict=True):
+            mean, std = stats["mean_b"], stats["std_b"]  # (n,)
+            points.set_ydata(mean)
+            bars.set_segments([[(x, m - s), (x, m + s)] for x, m, s in zip(self.value.tolist(), mean.tolist(),
+                                                                            std.tolist(), strict=True)])
+            label.set_text(f"G = {G}: MSE {stats['mse']:.4f}, bias^2 {stats['bias2']:.4f}")
 
 
 def plot_errors_vs_G(ax, errors, colors):

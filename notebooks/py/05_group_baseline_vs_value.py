@@ -20,20 +20,24 @@
 #
 # 1. For an outcome reward, the group mean is a Monte-Carlo estimate of the prompt's value $V(x)$; its
 #    error falls like $\sigma^2/G$, and because it contains $r_i$ itself it shrinks every advantage by
-#    $(G-1)/G$ (leave-one-out removes that).
+#    $(G-1)/G$ (leave-one-out removes that). Dividing by the group std gives the same numbers for both, and
+#    makes neither unbiased: the std comes from the same samples.
 # 2. A learned critic (PPO style) has an error that no $G$ removes (approximation and *lag* behind a
 #    moving policy), costs a second network, its optimizer state and extra passes, but gives per-token
 #    advantages and works when an environment cannot be reset.
 # 3. Where the group baseline fails, each with an experiment: zero-variance groups (bug B2 turns them into
-#    NaN), small $G$, the per-prompt re-weighting of std normalisation, the length bias of per-sequence
-#    normalisation (the Dr. GRPO critique), per-token credit on long horizons, non-resettable environments;
-#    and what the wrong reshape axis (bug B9) does to the baseline.
+#    NaN), small $G$, the per-prompt re-weighting of std normalisation (exactly, at finite $G$), the length
+#    bias of per-sequence normalisation (the Dr. GRPO critique), per-token credit on long horizons,
+#    non-resettable environments; and what the wrong reshape axis (bug B9) does to the baseline.
 #
-# Everything uses the twins' own building blocks; `workbook/critic.py` adds only a different advantage.
+# Everything uses the twins' own building blocks. The formulas taught here are defined in the notebook's
+# cells; `workbook/critic.py` holds the machinery: the critic's training loop (the twin's loop with another
+# advantage), exact enumeration of EchoTask, the sampling experiment and the figures.
 
 # %%
-import copy
-import logging
+import functools
+import itertools
+import math
 import time
 
 import matplotlib.pyplot as plt
@@ -44,10 +48,9 @@ import grpo_fixed as gf
 from workbook import catalog, plots
 from workbook import critic as C
 from workbook.tasks import SparseMatchTask
-from workbook.widgets import live_figure, set_value, slider
+from workbook.widgets import live_plot, set_value, slider
 
-logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
-started = time.perf_counter()
+started, started_cpu = time.perf_counter(), time.process_time()
 task = gf.EchoTask()
 B2, B9 = catalog.hybrid("B2"), catalog.hybrid("B9")
 print(f"EchoTask: vocab {task.vocab_size}, prompt length {task.prompt_length}, "
@@ -80,34 +83,128 @@ for G in (2, 4, 8, 16):
     group = (weight * (1 - (1 + k) / G)).sum().item()
     rloo = (weight * (1 - k / (G - 1))).sum().item()
     print(f"{G:2d}   {group:21.4f}   {group / (1 - p):11.4f}   {(G - 1) / G:7.4f}   {rloo:15.4f}")
+    assert abs(group / (1 - p) - (G - 1) / G) < 1e-12 and abs(rloo - (1 - p)) < 1e-12
 
 # %% [markdown]
-# The same identity on one group of 4 rewards: the RLOO advantages are exactly $G/(G-1) = 4/3$ times the
-# group-mean ones. After division by the group std the factor cancels: the twins' `group_advantage` is
-# *already* the std-normalised RLOO advantage, so the shrinkage only matters when advantages are not
-# std-normalised (and even then it is one constant per $G$, which Adam largely absorbs).
+# The two baselines as code, on rewards laid out prompt-major like a rollout batch (`[x0]*G, [x1]*G, ...`),
+# and the same identity on one group of 4 rewards: the RLOO advantages are exactly $G/(G-1) = 4/3$ times the
+# group-mean ones. Divide each by its own population std and the factor cancels: the twins' `group_advantage`
+# gives, number for number, the std-normalised RLOO advantages.
 
 # %%
-rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])  # one group, G = 4
-group_adv = rewards - rewards.mean()  # (G,)
-rloo_adv = rewards - C.leave_one_out_baseline(rewards, 4)  # (G,)
+def group_mean_baseline(rewards, G):
+    """b_i = mean of i's own group of G (r_i included): GRPO's baseline. rewards (..., B*G) -> (..., B*G)"""
+    groups = rewards.unflatten(-1, (-1, G))  # (..., B, G)
+    return groups.mean(-1, keepdim=True).expand_as(groups).flatten(-2)
+
+
+def leave_one_out_baseline(rewards, G):
+    """b_i = mean of the other G-1 rewards of i's group (RLOO). rewards (..., B*G) -> (..., B*G)"""
+    groups = rewards.unflatten(-1, (-1, G))  # (..., B, G)
+    return ((groups.sum(-1, keepdim=True) - groups) / (G - 1)).flatten(-2)
+
+
+def std_normalised(adv):
+    """adv / (population std of adv + 1e-8), one group (G,): what group_advantage does after centring."""
+    return adv / (adv.pow(2).mean().sqrt() + 1e-8)
+
+
+rewards = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # one group, G = 4
+group_adv = rewards - group_mean_baseline(rewards, 4)  # (G,)
+rloo_adv = rewards - leave_one_out_baseline(rewards, 4)  # (G,)
+twins = gf.group_advantage(rewards.tolist())  # (G,)
 print("group mean adv:", [f"{a:+.4f}" for a in group_adv])
 print("RLOO adv      :", [f"{a:+.4f}" for a in rloo_adv], f" ratio {rloo_adv[0] / group_adv[0]:.4f}")
-print("group_advantage (twins):", [f"{a:+.4f}" for a in gf.group_advantage(rewards.tolist())])
-print("RLOO / std(RLOO)       :", [f"{a:+.4f}" for a in rloo_adv / rloo_adv.std(unbiased=False)])
+print("group_advantage (twins):", [f"{a:+.4f}" for a in twins])
+print("RLOO / std(RLOO)       :", [f"{a:+.4f}" for a in std_normalised(rloo_adv)])
+assert torch.allclose(rloo_adv, group_adv * 4 / 3, atol=1e-15)
+assert torch.allclose(std_normalised(rloo_adv), twins, atol=1e-6)  # equal up to where eps enters
 
 # %% [markdown]
-# > **You should know.** The group baseline is unbiased for the *direction* of the policy gradient; the
-# > plain mean scales it by $(G-1)/G$ (0.5 at $G=2$). RLOO ($b_i$ = mean of the others) removes the factor;
-# > with std normalisation the two are identical. Its noise is the Monte-Carlo error of $\bar r$: variance
-# > $\sigma^2(x)/G$ (section 3 measures it).
+# **Equal numbers are not an unbiased estimator.** The identity above is algebra on one group; it says nothing
+# about expectations. Write $a(v) = \mathbb{E}[A_i \mid r_i = v]$ for whatever advantage $A_i$ is used. Because
+# $A_i$ depends on $o_i$ only through $r_i$, the expected gradient of one prompt is
+#
+# $$\mathbb{E}\big[A_i\,\nabla\log\pi(o_i|x)\big] = \sum_o \nabla\pi(o|x)\,a(r(o)) = \sum_v a(v)\,\nabla P(r = v),
+#   \qquad \nabla V(x) = \sum_v v\,\nabla P(r = v).$$
+#
+# It is $\kappa\,\nabla V(x)$ for every direction the policy can move in exactly when
+# $a(v) = \kappa\,(v - V(x)) + c$ (a constant $c$ drops out, since $\sum_v \nabla P(r = v) = 0$): $a(v)$ must be a
+# straight line in $v$. The plain group mean has $\kappa = (G-1)/G$, RLOO $\kappa = 1$.
+# The std-normalised advantage divides by $\hat\sigma$, computed from the same samples, $r_i$ included: a sample
+# far from the rest inflates the very std that divides it, so $a(v)$ bends. Tiny input: one prompt whose reward
+# takes the four EchoTask levels $0, \frac13, \frac23, 1$ with probabilities $0.5, 0.2, 0.2, 0.1$, $G = 4$; all
+# $4^4 = 256$ groups enumerated exactly, the twins' `group_advantage` on each.
+
+# %%
+levels = torch.tensor([0.0, 1 / 3, 2 / 3, 1.0], dtype=torch.float64)  # (U,) reward levels
+level_p = torch.tensor([0.5, 0.2, 0.2, 0.1], dtype=torch.float64)  # (U,) P(r = v)
+G4 = 4
+which = torch.tensor(list(itertools.product(range(4), repeat=G4)))  # (256, G): every group of level indices
+weight = level_p[which].prod(1)  # (256,) probability of the group
+r_all = levels[which]  # (256, G)
+V = (level_p * levels).sum()
+advantages = {
+    "group mean": r_all - group_mean_baseline(r_all, G4),
+    "RLOO": r_all - leave_one_out_baseline(r_all, G4),
+    "std-normalised": torch.stack([gf.group_advantage(g.tolist()) for g in r_all]),  # (256, G), the twins'
+}
+std_rloo = torch.stack([std_normalised(a) for a in advantages["RLOO"]])  # (256, G)
+assert (std_rloo - advantages["std-normalised"]).abs().max() < 1e-6  # the identity, on every group
+
+
+def conditional_mean(adv):
+    """a(v) = E[A_1 | r_1 = v] for each level v, exact over the 256 groups. adv (256, G) -> (U,)"""
+    return torch.stack([(weight * adv[:, 0])[which[:, 0] == u].sum() / level_p[u] for u in range(4)])
+
+
+print(f"V(x) = {V:.4f}")
+print(f"{'advantage':15s}" + "".join(f"   a({v:.2f})" for v in levels) + "   slope (a(v') - a(v)) / (v' - v)"
+      "   cos(E g, grad V)")
+slopes, cosines = {}, {}
+for name, adv in advantages.items():
+    a = conditional_mean(adv)  # (U,)
+    slopes[name] = (a[1:] - a[:-1]) / (levels[1:] - levels[:-1])  # (U-1,): between neighbouring levels
+    expected_grad, true_grad = level_p * a, level_p * (levels - V)  # d/d theta_v under softmax(theta) over levels
+    cosines[name] = cos = torch.nn.functional.cosine_similarity(expected_grad, true_grad, 0).item()
+    print(f"{name:15s}" + "".join(f"  {x:+8.4f}" for x in a) + "   " + " ".join(f"{s:6.3f}" for s in slopes[name])
+          + f"           {cos:.4f}")
+spread = {name: (s.max() - s.min()).item() for name, s in slopes.items()}
+assert spread["group mean"] < 1e-12 and spread["RLOO"] < 1e-12  # a(v) = kappa (v - V): unbiased direction
+assert abs(slopes["group mean"][0] - (G4 - 1) / G4) < 1e-12 and abs(slopes["RLOO"][0] - 1) < 1e-12
+assert slopes["std-normalised"][0] > 2 * slopes["std-normalised"][-1]  # not a line: the expected direction is off
+assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
+
+# %% [markdown]
+# A line in $v$ has the same slope between every pair of neighbouring levels. For the group mean and RLOO the
+# slope is one number ($0.75 = (G-1)/G$ and $1$): the expected update is $\nabla V$ times a constant. For the
+# std-normalised advantage it falls from 3.04 (from reward 0 to 1/3) to 1.16 (from 2/3 to 1): the step up to
+# the best answer is pushed less than half as hard per unit of reward as the step up from the worst, because
+# a sample far above the rest inflates the std that divides it. As a gradient (a softmax over the four levels,
+# last column) the expected update still points within a few degrees of $\nabla V$ (cosine 0.9925), but not
+# along it: a bias, and no constant removes it. With binary rewards $a(v)$ has only two points, so it is always
+# a line and the direction within a prompt is right; the bias then sits in the *size* of each prompt's update,
+# which notebook 05 §6.3 computes exactly.
+#
+# > **You should know.** The plain group mean is unbiased for the direction of the policy gradient and
+# > scales it by $(G-1)/G$ (0.5 at $G=2$); RLOO ($b_i$ = mean of the others) removes the factor. After
+# > division by the group std the two give identical numbers, but that is an identity of numbers, not of
+# > expectations: $\hat\sigma$ is computed from the same samples, $r_i$ included, so the std-normalised
+# > advantage (what GRPO uses) is biased in both forms. Its baseline's noise is the Monte-Carlo error of
+# > $\bar r$: variance $\sigma^2(x)/G$ (notebook 05 §3 measures it).
+# >
+# > **In the catalog's terms.** *Symptom:* none in a reward curve: per prompt the expected update leans a few
+# > degrees away from $\nabla V$, and prompts are re-weighted. *Statistic:* none of the twins' logged ones;
+# > compute $a(v)$ exactly for a small reward distribution, as above. *Fix:* for an unbiased update, RLOO or
+# > the plain mean without the std (Dr. GRPO); otherwise keep the std knowingly, for its stable scale.
 #
 # <details><summary>Answer: why may a baseline not depend on the sample it multiplies?</summary>
 #
 # $\mathbb{E}_o[b\,\nabla\log\pi(o|x)] = b\,\nabla\sum_o\pi(o|x) = b\,\nabla 1 = 0$ only if $b$ can be pulled out of
 # the expectation over $o$. If $b$ contains $r_i$ (the plain group mean), the $r_i/G$ part does not vanish:
 # it is exactly the $-\frac1G A^*_i$ shrinkage above. A baseline built from *other* samples (RLOO, a critic,
-# even other prompts' rewards) adds variance at worst, never bias.
+# even other prompts' rewards) adds variance at worst, never bias, as long as nothing else in the advantage
+# depends on $o_i$; a divisor computed from the group, $r_i$ included (the std), is such a thing.
 # </details>
 
 # %% [markdown]
@@ -115,8 +212,8 @@ print("RLOO / std(RLOO)       :", [f"{a:+.4f}" for a in rloo_adv / rloo_adv.std(
 #
 # **Question.** What exactly does a critic replace, and what does it cost?
 #
-# `workbook/critic.py` keeps everything of `grpo_fixed` (TinyPolicy, `rollout`/`generate`, cached old and
-# reference log-probs, `grpo_loss`, KL, `optimizer_step`) and changes only the advantage:
+# `workbook/critic.py` keeps everything of `grpo_fixed` (TinyPolicy, `setup_run`, `rollout`/`generate`, cached
+# old and reference log-probs, `grpo_loss`, KL, `optimizer_step`) and changes only the advantage:
 #
 # * `group`: $A_i = (r_i - \bar r)/(\text{std}(r)+\epsilon)$ within the prompt's group
 #   (`grpo_fixed.batch_advantages`, one advantage per sequence);
@@ -137,28 +234,25 @@ print("RLOO / std(RLOO)       :", [f"{a:+.4f}" for a in rloo_adv / rloo_adv.std(
 # %%
 values = torch.tensor([[0.5, 0.6, 0.8, 0.0]])  # (1, T): V_phi(s_t); the 4th position is after EOS
 mask = torch.tensor([[True, True, True, False]])  # (1, T)
-for lam in (1.0, 0.5, 0.0):
-    adv = C.gae_advantages(values, torch.tensor([1.0]), mask, lam)  # (1, T)
+gae = {lam: C.gae_advantages(values, torch.tensor([1.0]), mask, lam) for lam in (1.0, 0.5, 0.0)}  # (1, T) each
+for lam, adv in gae.items():
     print(f"lambda={lam:.1f}: A_t = {[f'{a:.3f}' for a in adv[0]]}")
+assert torch.allclose(gae[1.0], torch.where(mask, 1.0 - values, 0.0))  # lambda = 1: r - V(s_t)
 logp = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))  # (N, T)
 m2 = torch.tensor([[True, True, False], [True, True, True]])
 per_token = C.token_grpo_loss(logp, logp - 0.1, torch.tensor([[0.7] * 3, [-1.2] * 3]), m2)
 per_sequence = gf.grpo_loss(logp, logp - 0.1, torch.tensor([0.7, -1.2]), m2)
 print(f"token_grpo_loss with constant rows {per_token:.6f} == grpo_loss {per_sequence:.6f}")
+assert torch.equal(per_token, per_sequence)
 
 # %% [markdown]
-# Check that the harness is the twin: with `baseline="group"` the loop reproduces `grpo_fixed.train`
-# number for number (3 iterations). Then the three runs of this notebook, each computed once:
-# EchoTask, `steps=40, prompts_per_batch=8`, $G=8$, seed 0. The critic run keeps a snapshot of its policy
-# and critic at iteration 20 for section 3.
+# The harness is the twin: with `baseline="group"` its loop gives `grpo_fixed.train`'s statistics number for
+# number (`tests/test_critic.py` checks it; the harness only skips the preflight probes `train` runs first).
+# The three runs of this notebook, each computed once: EchoTask, `steps=30, prompts_per_batch=8`, $G=8$,
+# seed 0. The critic run keeps a snapshot of its policy and critic at iteration 20 for notebook 05 §3.
 
 # %%
-ours, _ = C.train_with_baseline(baseline="group", steps=3, prompts_per_batch=8)
-theirs = gf.train(steps=3, prompts_per_batch=8)
-same = all(a[k] == b[k] for a, b in zip(ours, theirs, strict=True) for k in ("reward", "loss", "kl"))
-print("identical to grpo_fixed.train:", same)
-
-RUN = dict(steps=40, prompts_per_batch=8)
+RUN = dict(steps=30, prompts_per_batch=8)
 SNAPSHOT = 20
 runs, snapshots = {}, {}
 for name in C.BASELINES:
@@ -195,60 +289,142 @@ lag = critic_error.mean()
 corr = torch.corrcoef(torch.stack([value, critic_value]))[0, 1]
 print(f"critic V_phi(s_0): mean error {lag:+.4f} (lag), corr with V {corr:.3f}, MSE {critic_error.pow(2).mean():.4f}"
       f" = lag^2 {lag**2:.4f} + rest {critic_error.var(unbiased=False):.4f}")
+assert probs.shape[1] == 781 and (probs.sum(1) - 1).abs().max() < 1e-5
+assert lag < 0 and lag**2 > critic_error.var(unbiased=False)  # most of the critic's error is lag
+
+# %% [markdown]
+# The baselines compared: none, the group mean and leave-one-out (notebook 05 §1), the critic's $V_\phi(s_0)$,
+# and B9's. Bug B9 reshapes the prompt-major rewards `view(G, B)` instead of `view(B, G)`, so each "group" is a
+# row of $B$ consecutive rewards (notebook 01 §10). As code, and on a tiny batch of graded rewards
+# (multiples of 1/3, like EchoTask's), $B = 4$ prompts $\times$ $G = 2$, next to the twins' own
+# `batch_advantages`, fixed and B9:
+
+# %%
+def wrong_axis_baseline(rewards, G):
+    """The mean that B9 subtracts: rewards (..., B*G) viewed as (..., G, B), each row of B consecutive
+    rewards averaged, so a "group" spans parts of several prompts unless B divides G. -> (..., B*G)"""
+    rows = rewards.unflatten(-1, (G, -1))  # (..., G, B): the buggy view
+    return rows.mean(-1, keepdim=True).expand_as(rows).flatten(-2)
+
+
+third = 1 / 3
+rewards = torch.tensor([1.0, 2 * third, third, 0.0, 1.0, 1.0, third, 2 * third])  # (B*G,) prompt-major, B=4, G=2
+adv_fixed, adv_b9 = gf.batch_advantages(rewards, 2), B9.batch_advantages(rewards, 2)  # (B*G,)
+print("true groups (B, G):", [[f"{r:.2f}" for r in row] for row in rewards.view(4, 2).tolist()])
+print("B9 rows (G, B)    :", [[f"{r:.2f}" for r in row] for row in rewards.view(2, 4).tolist()])
+print("baseline fixed:", [f"{b:.2f}" for b in group_mean_baseline(rewards, 2)])
+print("baseline B9   :", [f"{b:.2f}" for b in wrong_axis_baseline(rewards, 2)])
+print("adv fixed:", [f"{a:+.2f}" for a in adv_fixed])
+print("adv B9   :", [f"{a:+.2f}" for a in adv_b9])
+flips = ((adv_b9.sign() != adv_fixed.sign()) & (adv_fixed != 0)).nonzero().flatten().tolist()
+prompt_mean = {name: adv.view(4, 2).mean(1).abs().max().item() for name, adv in (("fixed", adv_fixed), ("B9", adv_b9))}
+print(f"sign flips at samples {flips};  adv_group_mean: fixed {prompt_mean['fixed']:.2f}, B9 {prompt_mean['B9']:.2f} "
+      f"(healthy {gf.STATS['adv_group_mean'].lo:g} .. {gf.STATS['adv_group_mean'].hi:g})")
+rows = (rewards - wrong_axis_baseline(rewards, 2)).double().view(2, 4)  # (G, B): centred on the wrong rows
+assert torch.allclose(torch.cat([std_normalised(row) for row in rows]).float(), adv_b9, atol=1e-6)  # B9 exactly
+assert flips == [1, 2, 7] and (adv_fixed[4:6] == 0).all() and (adv_b9[4:6] > 0).all()
+assert gf.in_range({"adv_group_mean": prompt_mean["fixed"]}, "adv_group_mean")
+assert not gf.in_range({"adv_group_mean": prompt_mean["B9"]}, "adv_group_mean")
+
+# %% [markdown]
+# Row 0 of the buggy view holds prompts 0 and 1, row 1 prompts 2 and 3. Prompt 0's worse answer (0.67, below
+# its own mean 0.83) is above the row mean 0.50, and prompt 1's better answer (0.33) is below it: both signs
+# flip. Prompt 2 was solved twice, no signal in the fixed twin, yet B9 pushes both answers up because prompt 3
+# in its row did worse; and prompt 3's better answer (0.67) is pushed down. A sample's advantage now depends on
+# which prompt happens to share its row, and per prompt the advantages no longer average to 0, which the
+# logged `adv_group_mean` catches.
+#
+# That is B9 per sample. In expectation it is mostly variance, as notebook 01 §10.2 measures: within one
+# prompt the B9 advantage is the correct one rescaled plus an offset shared by the prompt's samples, and the
+# offset multiplies $\sum_i \nabla\log\pi(o_i)$, whose mean is 0 (apart from $r_i$'s own share of its row).
+# Whether the centring check can see it depends only on the shapes: a row of $B$ consecutive samples stays
+# inside one prompt's group exactly when **$B$ divides $G$** (notebook 01 §10.1). Then every row is a slice of
+# one group, each slice is centred, the check stays silent, and at $B = G$ the advantages are even exactly
+# right. Now the experiment, with exact $V(x)$ and $B = 16$:
 
 # %%
 Gs = list(range(2, 33))
-errors = C.baseline_experiment(probs, outcome_rewards, critic_value, Gs, B=16, repeats=200)
+baselines = {
+    "no baseline": lambda r, G, slots: torch.zeros_like(r),
+    "group mean": lambda r, G, slots: group_mean_baseline(r, G),
+    "leave-one-out": lambda r, G, slots: leave_one_out_baseline(r, G),
+    "critic": lambda r, G, slots: critic_value[slots],
+    "B9 wrong axis": lambda r, G, slots: wrong_axis_baseline(r, G),
+}
+errors = C.baseline_experiment(probs, outcome_rewards, Gs, baselines, B=16, repeats=200,
+                               no_reset={"no reset": baselines["group mean"]})
 names = ["no baseline", "group mean", "leave-one-out", "critic", "B9 wrong axis", "no reset"]
 print("  G  " + "".join(f"{n:>15s}" for n in names) + "   sigma^2/G")
 for G in (2, 4, 8, 16, 32):
     print(f"{G:3d}  " + "".join(f"{errors[G][n]['mse']:15.4f}" for n in names) + f"   {sigma2.mean() / G:9.4f}")
+mse = {n: torch.tensor([errors[G][n]["mse"] for G in Gs]) for n in names}  # (len(Gs),) each
+first_better = next(G for G in Gs if errors[G]["group mean"]["mse"] < errors[G]["critic"]["mse"])
+print(f"the group mean beats the critic from G = {first_better} on;  B9 bias^2 at G = 16: "
+      f"{errors[16]['B9 wrong axis']['bias2']:.5f}, at G = 32: {errors[32]['B9 wrong axis']['bias2']:.5f}")
+assert first_better == 3 and all(errors[G]["group mean"]["mse"] < errors[G]["critic"]["mse"] for G in Gs[1:])
+assert all(errors[G]["leave-one-out"]["mse"] > errors[G]["group mean"]["mse"] for G in (2, 3, 4))
+assert all(abs(errors[G]["no baseline"]["mse"] / value.pow(2).mean() - 1) < 0.05 for G in Gs)  # E[V^2]
+var_v = value.var(unbiased=False).item()
+assert abs(errors[2]["B9 wrong axis"]["mse"] / var_v - 1) < 0.05  # G = 2: B9 is nearly a batch-mean baseline
+assert all(abs(errors[G]["group mean"]["mse"] / (sigma2.mean() / G) - 1) < 0.15 for G in Gs)  # sigma^2 / G
+assert mse["critic"].max() / mse["critic"].min() < 1.1  # flat in G
+assert all(errors[G]["critic"]["bias2"] / errors[G]["critic"]["mse"] > 0.95 for G in Gs)  # all of it bias
+assert all(errors[G]["B9 wrong axis"]["bias2"] < 1e-4 for G in (16, 32))  # B divides G: no bias
+assert all(errors[G]["B9 wrong axis"]["bias2"] > 10 * errors[G]["group mean"]["bias2"] for G in (4, 8))
+assert abs(errors[32]["B9 wrong axis"]["mse"] / (sigma2.mean() / 16) - 1) < 0.15  # half a group: 16 samples
 
 # %% [markdown]
 # Reading the table (MSE of the baseline as an estimate of $V(x)$):
 #
 # * **group mean** follows $\mathbb{E}_x\sigma^2(x)/G$ (last column): pure variance, no bias.
 #   **Leave-one-out** has variance $\sigma^2/(G-1)$, larger at small $G$, but no correlation with $r_i$.
-# * **critic** is flat in $G$: its error is bias. The cell above splits it: most of it is *lag*, the critic
+# * **critic** is flat in $G$: its error is bias. The cell before splits it: most of it is *lag*, the critic
 #   still predicts the values of an older, worse policy. From $G = 3$ on, the group mean is the better
 #   baseline here.
 # * **no baseline** is flat at $\mathbb{E}[V^2]$: the advantage carries the whole value of the prompt.
-# * **B9** (reshape `(G, B)` instead of `(B, G)`) averages a row of $B=16$ consecutive rewards: whole groups
-#   of other prompts. Its bias is exactly zero at $G = 16 = B$ (a row *is* one group); at the default
-#   $B=16, G=8$ each row spans two prompts (bias$^2$ in the slider check below).
-# * **no reset** is a group whose $G$ samples start from different states (section 6.6).
+# * **B9** averages a row of $B=16$ consecutive rewards. Where $B$ divides $G$ a row lies inside one group
+#   and the bias is zero: at $G = 16 = B$ a row *is* one group, at $G = 32$ it is half of one (no bias, the
+#   variance of a 16-sample mean). Otherwise a row spans other prompts: at the default $G = 8$ it holds two
+#   prompts' groups (bias$^2$ in the slider check below).
+# * **no reset** is a group whose $G$ samples start from different states (notebook 05 §6.6).
 #
 # The slider shows the B9 bias prompt by prompt: each point is one prompt, its mean baseline $\pm$ one std
 # against the exact $V(x)$. On the diagonal the baseline estimates the prompt's own value.
 
 # %%
-def draw(G=8):
+per_prompt = C.PerPromptFigure(value, critic_value, B=16)
+
+
+def update_baselines(G):
+    """Move both panels to group size G; -> (MSE, bias^2) of B9, the group mean and the critic."""
     s = errors[G]
-    fig, (ax_b, ax_f) = plots.buggy_vs_fixed(f"baseline per prompt vs exact V(x); B = 16, G = {G}", figsize=(9, 3.6))
-    C.draw_baseline_per_prompt(ax_b, value, s["B9 wrong axis"], plots.BUGGY, "B9: mean of a row of view(G, B)")
-    C.draw_baseline_per_prompt(ax_f, value, s["group mean"], plots.FIXED, "group mean")
-    ax_f.plot(value, critic_value, "x", color=plots.REFERENCE, ms=4, label="critic V_phi(s_0)")
-    ax_b.set_ylabel("baseline b")
-    for ax, name in ((ax_b, "B9 wrong axis"), (ax_f, "group mean")):
-        ax.legend(fontsize="small", loc="upper left")
-        ax.text(0.98, 0.03, f"MSE {s[name]['mse']:.4f}\nbias^2 {s[name]['bias2']:.4f}", ha="right",
-                transform=ax.transAxes, fontsize="small")
-    plt.show()
+    per_prompt.update(G, s["B9 wrong axis"], s["group mean"])
     return {n: (s[n]["mse"], s[n]["bias2"]) for n in ("B9 wrong axis", "group mean", "critic")}
 
 
+w_baselines = live_plot(per_prompt.fig, update_baselines, G=slider(8, 2, 32, 1, "G", integer=True))
+
 # %%
 # NBVAL_IGNORE_OUTPUT
-w = live_figure(draw, height="400px", G=slider(8, 2, 32, 1, "G", integer=True))
-display(w)
+display(w_baselines)
 
 # %%
-for G in (4, 16, 8):  # set_value runs draw for its numbers; the redrawn figure is not displayed
-    result = set_value(w, "G", G)
+seconds = []
+for G in (4, 16, 32, 8):  # ends at the initial G = 8: the displayed figure shows it too
+    start = time.perf_counter()
+    result = set_value(w_baselines, "G", G)
+    seconds.append(time.perf_counter() - start)
     print(f"G={G:2d}: " + ", ".join(f"{n} MSE {m:.4f} (bias^2 {b:.4f})" for n, (m, b) in result.items()))
+    assert result["B9 wrong axis"] == (errors[G]["B9 wrong axis"]["mse"], errors[G]["B9 wrong axis"]["bias2"])
+    assert f"G={G}<" in w_baselines.status.value + "<"
+assert w_baselines.values() == {"G": 8}
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider moves, kernel side)")
 
 # %% [markdown]
-# All baselines against $G$ (solid: MSE; dashed: the bias$^2$ part of critic, B9 and no-reset).
+# All baselines against $G$ (solid: MSE of each baseline as an estimate of $V(x)$).
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
@@ -258,34 +434,22 @@ ax.set_title("error of the baseline as an estimate of V(x)")
 plt.show()
 
 # %% [markdown]
-# B9 on a tiny batch, with the twins' own `batch_advantages`: $B=4$ prompts $\times$ $G=2$, prompt-major.
-# The buggy `view(G, B) = view(2, 4)` puts prompts 0-1 in row 0 and prompts 2-3 in row 1.
-
-# %%
-rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0])  # (B*G,) prompt-major, B=4, G=2
-print("true groups (B, G):", rewards.view(4, 2).tolist(), "  B9 rows (G, B):", rewards.view(2, 4).tolist())
-print("baseline fixed:", [f"{b:.2f}" for b in C.group_mean_baseline(rewards, 2)])
-print("baseline B9   :", [f"{b:.2f}" for b in C.wrong_axis_baseline(rewards, 2)])
-print("adv fixed:", [f"{a:+.2f}" for a in gf.batch_advantages(rewards, 2)])
-print("adv B9   :", [f"{a:+.2f}" for a in B9.batch_advantages(rewards, 2)])
-
-# %% [markdown]
-# Prompt 0 was solved by both samples: no signal in the fixed twin (advantages 0), but B9 gives both
-# $+0.58$ because prompt 1, which shares its row, failed once. Prompt 2 failed twice: fixed 0, B9 $-0.58$ each,
-# because prompt 3 shares its row and succeeded once. A sample's advantage now depends on which prompt
-# happens to share its row.
-#
 # > **You should know.** The group mean trades bias for variance: an unbiased estimate of $V(x)$ with error
 # > $\sigma^2/G$. A critic trades variance for bias: no sampling noise in $b$, but an approximation error and a
-# > lag that no $G$ fixes. B9's baseline is a biased estimate of $V(x)$; because the other prompts' rewards
-# > do not depend on sample $i$'s completion, that bias becomes gradient *noise*, not a wrong direction
-# > (apart from $r_i$'s own 1/16 share of its row: the same kind of shrinkage as the group mean).
+# > lag that no $G$ fixes. B9's baseline is a biased estimate of $V(x)$ whenever $B$ does not divide $G$; in
+# > the update that bias shows up per sample (flipped signs with graded rewards, signal in groups that have
+# > none) and in expectation mostly as extra variance (notebook 01 §10.2).
+# >
+# > **B9 in the catalog.** *Symptom:* the reward curve looks plausible, a little slower or noisier.
+# > *Statistic:* `adv_group_mean` above its healthy range whenever $B$ does not divide $G$; invisible to it
+# > when $B$ divides $G$ (exact at $B = G$). *Fix:* `rewards.view(B, G)  # (B, G)`, tested with a $B$ that does
+# > not divide $G$.
 #
 # <details><summary>Answer: at G = 2, B9 has a <em>lower</em> MSE than the correct group mean. Is it better?</summary>
 #
 # At $G=2$ the B9 row averages 16 rewards from 8 prompts: nearly a batch-mean baseline, whose error (0.0189)
 # is close to $\text{Var}_x V = 0.0192$, below the two-sample mean's $\mathbb{E}\sigma^2/2$ (0.0243; measured 0.0234).
-# So at tiny $G$ a batch-wide baseline can beat the per-prompt one (the small-$G$ failure, section 6.2).
+# So at tiny $G$ a batch-wide baseline can beat the per-prompt one (the small-$G$ failure, notebook 05 §6.2).
 # But B9 also normalises by the std of the wrong row and gives whole rows zero advantage when they happen to
 # be constant, and it is only right by accident. The fix is the right axis, plus a larger $G$ or RLOO.
 # </details>
@@ -295,9 +459,9 @@ print("adv B9   :", [f"{a:+.2f}" for a in B9.batch_advantages(rewards, 2)])
 #
 # **Question.** Does the baseline matter for learning speed on the toy task?
 #
-# The three runs of section 2. One seed each: a gap between two curves is not evidence about the methods
+# The three runs of notebook 05 §2. One seed each: a gap between two curves is not evidence about the methods
 # without more seeds. Right: the fraction of the group run's groups with zero reward variance, which rises
-# as EchoTask gets solved (section 6.1).
+# as EchoTask gets solved (notebook 05 §6.1).
 
 # %%
 fig, (ax_r, ax_z) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
@@ -310,22 +474,26 @@ for name, h in runs.items():
           f"mean of the last 10 {final[name]:.3f}")
 ev = [s["explained_variance"] for s in runs["critic"]]
 print(f"critic explained variance: mean {sum(ev) / len(ev):.3f}, max {max(ev):.3f}")
+assert min(final["group"], final["critic"]) > final["none"]  # both baselines beat none (this seed)
+assert abs(sum(ev) / len(ev)) < 0.1  # the critic explains about nothing on average
 
 # %% [markdown]
 # Both baselines beat no baseline on this seed (mean of the last 10 iterations above). The critic's
 # explained variance (1 = it predicts the returns, 0 = no better than their mean) hovers around 0: with
-# within-prompt reward noise and a moving policy it explains little, which matches its lag in section 3.
+# within-prompt reward noise and a moving policy it explains little, which matches its lag in notebook 05 §3.
 #
 # ## 5. Compute and memory per iteration
 #
 # **Question.** What does the critic cost, counted rather than timed?
 #
-# We wrap `TinyPolicy.forward` and run one iteration of each variant, counting calls and rows (sequences);
-# a call with gradients enabled is followed by exactly one backward.
+# A forward hook on each network (policy, frozen reference, critic: `register_forward_hook` on the instance)
+# counts calls and rows (sequences) during one iteration of each variant; a call with gradients enabled is
+# followed by exactly one backward.
 
 # %%
-for name in ("group", "critic"):
-    counts = C.count_passes(baseline=name, **RUN)
+cfg = gf.make_config(**RUN)
+passes = {name: C.count_passes(baseline=name, **RUN) for name in ("group", "critic")}
+for name, counts in passes.items():
     print(f"{name}:")
     for (net, kind), (calls, rows) in counts.items():
         print(f"    {net:9s} {kind:16s} {calls:2d} calls, {rows:4d} rows")
@@ -336,6 +504,12 @@ print(f"parameters: policy {policy_params}, critic {critic_params}, reference {p
 print(f"floats held for parameters: group {4 * policy_params + policy_params}, "
       f"critic {4 * policy_params + policy_params + 4 * critic_params} "
       f"({(5 * policy_params + 4 * critic_params) / (5 * policy_params):.2f}x)")
+N, steps = cfg.prompts_per_batch * cfg.group_size, cfg.inner_epochs * cfg.minibatches
+extra = {key: value for key, value in passes["critic"].items() if key not in passes["group"]}
+assert all(passes["critic"][key] == value for key, value in passes["group"].items())  # same policy passes
+assert passes["group"][("policy", "forward")] == (task.max_completion_length + 1, (task.max_completion_length + 1) * N)
+assert 1.5 < (5 * policy_params + 4 * critic_params) / (5 * policy_params) < 2  # almost doubles
+assert extra == {("critic", "forward"): (1, N), ("critic", "forward+backward"): (steps, cfg.inner_epochs * N)}
 
 # %% [markdown]
 # Per iteration ($B=8$ prompts, $G=8$, 64 sequences), both variants generate the same 64 completions
@@ -362,26 +536,28 @@ for name, h in runs.items():
 # If all $G$ rewards are equal, $r_i - \bar r = 0$ for every sample: the group contributes no policy gradient
 # (only the KL term). For a binary reward with success probability $p$, the chance is
 # $z(p, G) = p^G + (1-p)^G$. It is large for hard prompts ($p \to 0$, early training, sparse rewards) and for
-# solved prompts ($p \to 1$, late training, the rising curve of section 4), and it only falls like
+# solved prompts ($p \to 1$, late training, the rising curve of notebook 05 §4), and it only falls like
 # $(1-p)^G \approx e^{-pG}$: a prompt with $p = 0.02$ needs $G \approx 50$ to give signal two times in three.
 # Measured on `SparseMatchTask` with a fresh policy (exact per-prompt $p(x)$ by enumeration; 200 prompts per
 # rollout):
 
 # %%
 sparse = SparseMatchTask()
-torch.manual_seed(0)
-fresh = gf.TinyPolicy(sparse.vocab_size, 64)
+sp_cfg = gf.make_config(prompts_per_batch=200)
+fresh, fresh_ref, _, _ = gf.setup_run(sparse, sp_cfg, seed=0)
 sp_probs, sp_rewards = C.exact_outcomes(fresh, sparse, C.all_prompts(sparse), gf.Config.temperature)
 p_x = (sp_probs * sp_rewards).sum(1)  # (6,) exact success probability per prompt
 print("p(x) =", [f"{v:.4f}" for v in p_x])
-measured = {}
+measured, predicted = {}, {}
 for G in (2, 4, 8, 16, 32):
-    cfg = gf.make_config(prompts_per_batch=200, group_size=G)
-    _, stats = gf.rollout(fresh, copy.deepcopy(fresh), sparse, cfg, torch.Generator().manual_seed(G))
-    measured[G] = stats["zero_var_groups"]
+    _, stats = gf.rollout(fresh, fresh_ref, sparse, gf.make_config(prompts_per_batch=200, group_size=G),
+                          torch.Generator().manual_seed(G))
+    measured[G], predicted[G] = stats["zero_var_groups"], (p_x**G + (1 - p_x) ** G).mean().item()
     print(f"G={G:2d}: zero-variance groups measured {measured[G]:.3f}, "
-          f"predicted E_x[p^G + (1-p)^G] = {(p_x**G + (1 - p_x) ** G).mean():.3f}")
+          f"predicted E_x[p^G + (1-p)^G] = {predicted[G]:.3f}")
 print(f"p = 0.02, G = 50: P(the group has signal) = 1 - 0.98^50 - 0.02^50 = {1 - 0.98**50 - 0.02**50:.3f}")
+assert all(abs(measured[G] - predicted[G]) < 0.05 for G in measured)  # 200 groups: within ~2.5 binomial std
+assert abs(1 - 0.98**50 - 0.02**50 - 2 / 3) < 0.05  # two times in three
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
@@ -398,18 +574,22 @@ plt.show()
 # %% [markdown]
 # With bug B2 (no $\epsilon$ in the std) a constant group is $0/0$: NaN advantages. One NaN makes the
 # minibatch loss NaN, and both twins' `optimizer_step` then skip the step. On the sparse task almost every
-# minibatch holds a constant group, so B2 never updates. Tiny input first, then 24 iterations each:
+# minibatch holds a constant group, so B2 never updates. Tiny input first, then 24 iterations each (the
+# harness of notebook 05 §2 with `module=B2`, the hybrid with only B2 switched on):
 
 # %%
 constant = [0.0, 0.0, 0.0, 0.0]
 print("buggy group_advantage", B2.group_advantage(constant).tolist(), " fixed", gf.group_advantage(constant).tolist())
 SPARSE_RUN = dict(steps=24, prompts_per_batch=8)
-sparse_runs = {"buggy": B2.train(sparse, **SPARSE_RUN), "fixed": gf.train(sparse, **SPARSE_RUN)}
+sparse_runs = {"buggy": C.train_with_baseline(sparse, module=B2, **SPARSE_RUN)[0],
+               "fixed": C.train_with_baseline(sparse, **SPARSE_RUN)[0]}
+late = {}
 for name, h in sparse_runs.items():
     skipped = sum(s["nonfinite_steps"] for s in h)
+    late[name] = sum(s["reward"] for s in h[-10:]) / 10
     print(f"{name:5s}: skipped {skipped} of {4 * len(h)} inner steps; NaN advantages in "
-          f"{sum(s['adv_nonfinite'] > 0 for s in h)} of {len(h)} batches; "
-          f"mean reward last 10 {sum(s['reward'] for s in h[-10:]) / 10:.3f}")
+          f"{sum(s['adv_nonfinite'] > 0 for s in h)} of {len(h)} batches; mean reward last 10 {late[name]:.3f}")
+assert all(s["nonfinite_steps"] == 4 for s in sparse_runs["buggy"]) and late["fixed"] > 10 * late["buggy"]
 
 # %%
 fig, axes = plots.buggy_vs_fixed("SparseMatchTask: B2 turns zero-variance groups into skipped steps", figsize=(9, 3.2))
@@ -440,7 +620,7 @@ print("group:", gf.group_advantage(solved.tolist()).tolist(), " critic (V_phi = 
 #
 # Only through the KL penalty $\beta\,\text{KL}(\pi\,\|\,\pi_\text{ref})$ on its tokens, which pulls toward the
 # reference; the policy-gradient term is exactly zero. Its tokens still count in the masked-mean denominator,
-# so they dilute the other groups' per-token weight (section 6.4).
+# so they dilute the other groups' per-token weight (notebook 05 §6.4).
 # </details>
 
 # %% [markdown]
@@ -453,12 +633,15 @@ print("group:", gf.group_advantage(solved.tolist()).tolist(), " critic (V_phi = 
 # $\pm 1$, whatever the reward gap:
 
 # %%
-for pair in ([0.0, 1.0], [0.50, 0.51], [0.0, 0.01]):
-    print(f"group_advantage({pair}) = {[round(a, 4) for a in gf.group_advantage(pair).tolist()]}")
+pairs = {tuple(pair): gf.group_advantage(pair).tolist() for pair in ([0.0, 1.0], [0.50, 0.51], [0.0, 0.01])}
+for pair, adv in pairs.items():
+    print(f"group_advantage({list(pair)}) = {[round(a, 4) for a in adv]}")
 print("  G  (G-1)/G  z(p=0.1)  z(p=0.5)  MSE group mean  MSE batch-mean-like (B9)")
 for G in (2, 3, 4, 8, 16):
     print(f"{G:3d}  {(G - 1) / G:7.3f}  {0.1**G + 0.9**G:8.3f}  {2 * 0.5**G:8.3f}"
           f"  {errors[G]['group mean']['mse']:14.4f}  {errors[G]['B9 wrong axis']['mse']:24.4f}")
+assert all(abs(abs(a) - 1) < 1e-5 for adv in pairs.values() for a in adv)  # always +-1 (up to eps)
+assert errors[2]["B9 wrong axis"]["mse"] < errors[2]["group mean"]["mse"]
 
 # %% [markdown]
 # A reward difference of 0.01 (say, reward-model noise) gets the same advantage as a full success vs
@@ -471,8 +654,9 @@ for G in (2, 3, 4, 8, 16):
 # **Question.** What does dividing by the group std do to the weight of each prompt?
 #
 # For binary rewards with $k$ successes out of $G$, $\bar r = k/G$ and $\text{std} = \sqrt{\bar r(1-\bar r)}$.
-# The expected gradient of prompt $x$ becomes $\nabla V(x)/\sigma(x)$: prompts with a small std (nearly always
-# solved or nearly always failed) are **up-weighted**. Tiny inputs, $G = 8$, the twins' `group_advantage`:
+# Within one realised group, dividing by that std multiplies every advantage by $1/\text{std}$: groups with a
+# small std (nearly all solved or nearly all failed) are **up-weighted**. Tiny inputs, $G = 8$, the twins'
+# `group_advantage`:
 
 # %%
 print(" k   std     A(success)  A(fail)   sum|A| with std   sum|A| without   ratio")
@@ -481,17 +665,104 @@ for k in range(1, 8):
     with_std = gf.group_advantage(r)  # (G,)
     without = torch.tensor(r) - k / 8  # (G,)
     std = (k / 8 * (1 - k / 8)) ** 0.5
+    ratio = (with_std.abs().sum() / without.abs().sum()).item()
     print(f"{k:2d}  {std:.4f}  {with_std[0]:10.4f}  {with_std[-1]:8.4f}  {with_std.abs().sum():16.4f}"
-          f"  {without.abs().sum():15.4f}  {with_std.abs().sum() / without.abs().sum():6.3f}")
+          f"  {without.abs().sum():15.4f}  {ratio:6.3f}")
+    assert abs(ratio - 1 / std) < 1e-6
 for group in ([0.50, 0.51, 0.50, 0.51], [0.0, 1.0, 0.0, 1.0]):
     print(f"group {group} -> {[round(a, 4) for a in gf.group_advantage(group).tolist()]}")
 
 # %% [markdown]
-# The last column is $1/\text{std}$: the prompt with 1 success in 8 gets $1/0.3307 = 3.02$ times its
-# unnormalised weight, the balanced prompt 2. Without std, the total weight $\sum|A| = 2G\,\bar r(1-\bar r)$ is
-# largest for balanced prompts. And a group whose rewards differ by 0.01 gets the same $\pm 1$ as a group
-# that differs by 1: std normalisation amplifies noise in near-constant groups. Dr. GRPO drops the division
-# (keeps $r_i - \bar r$); the price is that the scale of the advantages now follows the reward scale.
+# The last column is $1/\text{std}$ of that group: the group with 1 success in 8 gets $1/0.3307 = 3.02$ times
+# its unnormalised weight, the balanced group 2. Without std, the total weight $\sum|A| = 2G\,\bar r(1-\bar r)$
+# is largest for balanced groups. And a group whose rewards differ by 0.01 gets the same $\pm 1$ as a group
+# that differs by 1: std normalisation amplifies noise in near-constant groups.
+#
+# **The expected gradient of a prompt is not $\nabla V(x)/\sigma(x)$ at finite $G$.** That formula replaces the
+# sample std by the true $\sigma(x) = \sqrt{p(1-p)}$, which holds only as $G$ grows. Exactly: with binary
+# rewards $a(v) = \mathbb{E}[A_i \mid r_i = v]$ has two values, and by notebook 05 §1
+#
+# $$\mathbb{E}\Big[\tfrac1G\textstyle\sum_i A_i\nabla\log\pi(o_i)\Big] = \big(a(1) - a(0)\big)\,\nabla p
+#   = c(p, G)\,\nabla V(x), \qquad c(p, G) = \frac{\mathbb{E}[A_i\,\mathbb{1}\{r_i = 1\}]}{p(1-p)}$$
+#
+# (the second form because $\mathbb{E}[A_i] = 0$: advantages sum to 0 in every group). $a(1)$ and $a(0)$ are
+# binomial sums over the other $G-1$ rewards of the advantage the twins give a success or a failure in a
+# group with $K$ successes (population std, $\epsilon$). As code, checked against all $2^8$ groups at $G = 8$:
+
+# %%
+@functools.cache
+def binary_advantages(G, eps=1e-8):
+    """The twins' advantage of a success and of a failure in a group with K successes, K = 0..G.
+    -> success (G+1,), failure (G+1,) float64 (0 where no such sample exists)."""
+    success = [gf.group_advantage([1.0] * K + [0.0] * (G - K), eps)[0].item() if K > 0 else 0.0 for K in range(G + 1)]
+    failure = [gf.group_advantage([1.0] * K + [0.0] * (G - K), eps)[-1].item() if K < G else 0.0 for K in range(G + 1)]
+    return torch.tensor(success, dtype=torch.float64), torch.tensor(failure, dtype=torch.float64)
+
+
+def prompt_weight(p, G, eps=1e-8):
+    """c(p, G) = a(1) - a(0): the expected update of a prompt with success probability p is c * grad p.
+    a(1) = sum_k Bin(k; G-1, p) A_success(K = k+1), a(0) = sum_k Bin(k; G-1, p) A_failure(K = k). p (n,) -> (n,)"""
+    success, failure = binary_advantages(G, eps)
+    k = torch.arange(G, dtype=torch.float64)  # successes among the other G-1 samples
+    others = torch.distributions.Binomial(G - 1, probs=p[:, None]).log_prob(k).exp()  # (n, G)
+    return others @ success[1:] - others @ failure[:-1]
+
+
+p_check = 0.25
+groups = torch.tensor(list(itertools.product([0.0, 1.0], repeat=8)))  # (256, G): every binary group
+chance = (p_check ** groups.sum(1)) * ((1 - p_check) ** (8 - groups.sum(1)))  # (256,)
+adv_all = gf.batch_advantages(groups.flatten(), 8).double().view(256, 8)  # (256, G), the twins
+enumerated = (chance * adv_all[:, 0] * groups[:, 0]).sum() / (p_check * (1 - p_check))
+binomial = prompt_weight(torch.tensor([p_check], dtype=torch.float64), 8)[0]
+print(f"p = {p_check}, G = 8: c from all 256 groups {enumerated:.6f}, from the binomial sums {binomial:.6f}")
+assert abs(enumerated - binomial) < 1e-6
+
+# %%
+ps = torch.tensor([0.02, 0.1, 0.25, 0.5], dtype=torch.float64)
+table_G = (2, 8, 32, 128, 512)
+weights = {G: prompt_weight(ps, G) for G in table_G}  # (len(ps),) each
+inv_sigma = 1 / (ps * (1 - ps)).sqrt()
+print("   p   1/sigma   " + "".join(f"  c(G={G:3d})" for G in table_G) + "   sqrt(G-1) at G = 8, 32")
+for i, pv in enumerate(ps.tolist()):
+    print(f"{pv:5.2f}  {inv_sigma[i]:7.4f}   " + "".join(f"  {weights[G][i]:9.4f}" for G in table_G)
+          + f"   {math.sqrt(7):.4f}, {math.sqrt(31):.4f}")
+gap = {G: (weights[G] - inv_sigma).abs() for G in table_G}  # (len(ps),)
+assert all((gap[a] > gap[b]).all() for a, b in itertools.pairwise(table_G))  # approaches 1/sigma as G grows
+assert ((weights[2] - 1).abs() < 1e-6).all() and (inv_sigma >= 2).all()  # G = 2: c = 1 for every p, not 1/sigma
+assert ((gap[512] / inv_sigma) < 0.02).all()
+assert weights[8][0] < 0.4 * inv_sigma[0]  # a hard prompt at G = 8: far below 1/sigma
+p_grid = torch.linspace(0.005, 0.995, 199, dtype=torch.float64)
+assert all((prompt_weight(p_grid, G) <= math.sqrt(G - 1) + 1e-9).all() for G in (2, 8, 32))  # capped
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
+ax.plot(p_grid, 1 / (p_grid * (1 - p_grid)).sqrt(), color="k", ls=":", label="1/sigma(x) (G -> infinity)")
+for G, shade in zip((2, 8, 32, 128), (0.75, 0.55, 0.35, 0.15), strict=True):
+    ax.plot(p_grid, prompt_weight(p_grid, G), color=str(shade), label=f"c(p, G={G})")
+ax.set_yscale("log")
+ax.set_xlabel("success probability p of the prompt")
+ax.set_ylabel("expected update / grad V(x)")
+ax.set_title("std-normalised group advantage: exact weight of a prompt, binary rewards")
+ax.legend(fontsize="small", ncol=2)
+plt.show()
+
+# %% [markdown]
+# At $G = 2$ the weight is exactly 1 for every prompt (a pair with one success always gets $\pm1$, whatever $p$):
+# no re-weighting at all, where $1/\sigma$ would promise at least 2. At $G = 8$ a hard prompt ($p = 0.02$) gets
+# 2.57, not 7.14: most of its groups are all-fail and give nothing. The weight approaches $1/\sigma(x)$ only as
+# $G$ grows (within 2% at $G = 512$ for these $p$), and for a given $G$ it never exceeds $\sqrt{G-1}$, the
+# advantage of the lone success in a group ($p \to 0$). So "std normalisation weights prompts by $1/\sigma$" is the
+# large-$G$ picture; at the $G$ people use it up-weights hard and easy prompts by a factor bounded by $\sqrt{G-1}$.
+# Dr. GRPO drops the division (keeps $r_i - \bar r$): the weight is then $(G-1)/G$ for every prompt, and the
+# scale of the advantages follows the reward scale.
+#
+# > **You should know.** Std normalisation makes the expected update of prompt $x$ equal to $c(p, G)\,\nabla V(x)$,
+# > with $c = 1$ at $G = 2$, bounded by $\sqrt{G-1}$, and $\to 1/\sigma(x)$ only as $G \to \infty$; with graded
+# > rewards it also bends the direction within a prompt (notebook 05 §1).
+# >
+# > **In the catalog's terms.** *Symptom:* near-constant groups (tiny reward gaps, reward-model noise) get
+# > $\pm1$-sized advantages and steer the update. *Statistic:* none of the twins' logged ones; log the group std
+# > next to $|A|$, or compute $c(p, G)$ for your $G$ as above. *Fix:* drop the std (Dr. GRPO), or keep it knowingly.
 #
 # ### 6.4 Length normalisation: what the twins' `grpo_loss` actually does
 #
@@ -525,9 +796,12 @@ losses = {
                                    for i in range(2)) / 2,
     "Dr. GRPO (constant)": lambda lp: gf.grpo_loss(lp, lp_old, adv, m) * m.sum() / m.numel(),
 }
-for name, fn in losses.items():
-    g = token_grads(fn)  # (N, T): -w_i A_i on generated tokens
+grads = {name: token_grads(fn) for name, fn in losses.items()}  # (N, T) each: -w_i A_i on generated tokens
+for name, g in grads.items():
     print(f"{name:20s} short correct {g[0, 0]:+.4f} | long wrong {[f'{x:+.4f}' for x in g[1]]}")
+assert torch.allclose(grads["twins (token mean)"][m].abs(), torch.tensor(0.25))  # one weight for every token
+assert torch.allclose(grads["per-sequence"][0, 0], torch.tensor(-0.5)) and torch.allclose(grads["per-sequence"][1],
+                                                                                          torch.tensor(1 / 6))
 
 # %% [markdown]
 # Per-sequence normalisation gives the short correct answer's token $-0.5$ and each token of the long wrong
@@ -543,16 +817,50 @@ for name, fn in losses.items():
 # (token mean, Dr. GRPO):
 
 # %%
+def length_log_probs(continue_logit, max_length=32):
+    """Geometric length with a forced stop: P(L) = q^(L-1) (1 - q) for L < Lmax, q^(Lmax-1) at Lmax, q = sigmoid(theta).
+    -> lengths (Lmax,), log P(L) (Lmax,), differentiable in theta."""
+    lengths = torch.arange(1, max_length + 1, dtype=torch.float64)
+    log_q, log_stop = torch.nn.functional.logsigmoid(continue_logit), torch.nn.functional.logsigmoid(-continue_logit)
+    return lengths, (lengths - 1) * log_q + log_stop * (lengths < max_length)  # the last length pays no stop token
+
+
+def length_gradient(continue_logit, advantage, weighting):
+    """E[grad] = sum_L P(L) w(L) A dlogP(L)/dtheta, every sequence with advantage A (so the true gradient is 0);
+    w = 1/L ("sequence": each sequence divided by |o_i|) or 1/E[L] ("token": one constant for all tokens).
+    -> (gradient, E[L])"""
+    theta = torch.tensor(float(continue_logit), dtype=torch.float64, requires_grad=True)
+    lengths, log_p = length_log_probs(theta)
+    prob = log_p.exp().detach()
+    weight = 1 / lengths if weighting == "sequence" else 1 / (prob * lengths).sum()
+    (grad,) = torch.autograd.grad((prob * weight * advantage * log_p).sum(), theta)
+    return grad.item(), (prob * lengths).sum().item()
+
+
+def length_drift(weighting, *, steps=40, lr=1.0, start=1.0):
+    """Exact gradient ascent on the continue logits of right (A = +1) and wrong (A = -1) answers.
+    -> mean length per step: {"right": [...], "wrong": [...]}"""
+    theta, trace = {"right": start, "wrong": start}, {"right": [], "wrong": []}
+    for _ in range(steps):
+        for branch, sign in (("right", 1.0), ("wrong", -1.0)):
+            grad, mean_length = length_gradient(theta[branch], sign, weighting)
+            trace[branch].append(mean_length)
+            theta[branch] += lr * grad
+    return trace
+
+
 for weighting in ("sequence", "token"):
-    g_right, mean_length = C.length_gradient(1.0, +1.0, weighting)
-    g_wrong, _ = C.length_gradient(1.0, -1.0, weighting)
+    g_right, mean_length = length_gradient(1.0, +1.0, weighting)
+    g_wrong, _ = length_gradient(1.0, -1.0, weighting)
     g_right, g_wrong = round(g_right, 10) + 0.0, round(g_wrong, 10) + 0.0  # -5e-17 prints as +0.0000
     print(f"{weighting:8s}: E[L] = {mean_length:.3f}; d/dtheta right answers {g_right:+.4f}, "
           f"wrong answers {g_wrong:+.4f}")
-drift = {w: C.length_drift(w, steps=40, lr=1.0) for w in ("sequence", "token")}
+drift = {w: length_drift(w) for w in ("sequence", "token")}
 for w, tr in drift.items():
     print(f"{w:8s}: mean length of right answers {tr['right'][0]:.2f} -> {tr['right'][-1]:.2f}, "
           f"wrong answers {tr['wrong'][0]:.2f} -> {tr['wrong'][-1]:.2f} after 40 exact gradient steps")
+assert drift["sequence"]["wrong"][-1] > 5 * drift["sequence"]["wrong"][0] > 5 * drift["sequence"]["right"][-1]
+assert abs(drift["token"]["wrong"][-1] - drift["token"]["wrong"][0]) < 1e-6
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.2), layout="constrained")
@@ -591,19 +899,34 @@ plt.show()
 # policy.
 
 # %%
+def exact_prefix_values(probs, rewards, completions, mask, k):
+    """V(s_t) = E[r | o_<t = prefix of completion k] for t = 0..L_k, V(s_L) = r_k (the outcome).
+    probs, rewards (K,) for one prompt; completions, mask (K, T) every completion. -> (L_k + 1,)"""
+    length = int(mask[k].sum())
+    out = []
+    for t in range(length):
+        same = (completions[:, :t] == completions[k, :t]).all(1)  # (K,): completions sharing the prefix
+        out.append((probs[same] * rewards[same]).sum() / probs[same].sum())
+    return torch.stack([*out, rewards[k]])
+
+
 completions, cmask = C.all_completions(task)  # (K, T)
 partial = (outcome_rewards > 0) & (outcome_rewards < 1)  # (25, K)
 x_id = int(torch.where(partial, probs, 0.0).max(1).values.argmax())
 k_id = int(torch.where(partial[x_id], probs[x_id], 0.0).argmax())
-v_exact = C.exact_prefix_values(probs[x_id], outcome_rewards[x_id], completions, cmask, k_id)  # (L+1,)
+v_exact = exact_prefix_values(probs[x_id], outcome_rewards[x_id], completions, cmask, k_id)  # (L+1,)
 length = len(v_exact) - 1
 v_critic = C.state_values(critic20, prompts[x_id : x_id + 1], completions[k_id : k_id + 1])[0, :length].detach()
+true_adv = v_exact[1:] - v_exact[:-1]  # (L,)
+grpo_adv, critic_adv = v_exact[-1] - value[x_id], v_exact[-1] - v_critic  # scalar, (L,)
 print(f"prompt {prompts[x_id].tolist()}, completion {completions[k_id, :length].tolist()}, "
       f"p = {probs[x_id, k_id]:.4f}, reward {outcome_rewards[x_id, k_id]:.4f}, V(x) = {value[x_id]:.4f}")
 print(" t  token  V(s_t) exact  true A_t   GRPO-style A (r - V(x))  V_phi(s_t)  critic A_t (lambda=1)")
 for t in range(length):
-    print(f"{t:2d}  {completions[k_id, t].item():5d}  {v_exact[t]:12.4f}  {v_exact[t + 1] - v_exact[t]:+8.4f}"
-          f"   {v_exact[-1] - value[x_id]:+22.4f}  {v_critic[t]:10.4f}  {v_exact[-1] - v_critic[t]:+21.4f}")
+    print(f"{t:2d}  {completions[k_id, t].item():5d}  {v_exact[t]:12.4f}  {true_adv[t]:+8.4f}"
+          f"   {grpo_adv:+22.4f}  {v_critic[t]:10.4f}  {critic_adv[t]:+21.4f}")
+assert true_adv[1] < 0 < grpo_adv and critic_adv[1] > 0  # the mistake is pushed up by both
+assert abs(v_exact[0] - value[x_id]) < 1e-6
 
 # %% [markdown]
 # The second token (4; the target is 3) is a mistake, and a habit: this very completion has probability
@@ -617,11 +940,34 @@ for t in range(length):
 # ($V(s_{t+1}) - V(s_t)$, exact).
 
 # %%
-credit = C.credit_assignment([1, 2, 4, 8, 16, 32, 64], G=8)
+def credit_assignment(horizons, *, G=8, p=0.5, groups=4000, seed=0):
+    """T independent binary choices c_t (right w.p. p), reward r = mean_t c_t, true A*_t = (c_t - p) / T.
+    Exact V(s_t) = (sum_{s<t} c_s + (T - t) p) / T. -> {T: {name: (corr(A, A*), share of right tokens with A < 0)}}"""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for T in horizons:
+        c = (torch.rand(groups, G, T, generator=g, dtype=torch.float64) < p).double()  # (groups, G, T)
+        r = c.mean(-1)  # (groups, G)
+        true = (c - p) / T  # (groups, G, T)
+        v = (torch.cumsum(c, -1) - c + (T - torch.arange(T)) * p) / T  # (groups, G, T): exact V(s_t)
+        estimates = {
+            "group": (r - r.mean(-1, keepdim=True))[..., None].expand_as(true),  # one number for all T tokens
+            "critic lambda=1": r[..., None] - v,
+            "critic lambda=0": true.clone(),  # V(s_{t+1}) - V(s_t) = (c_t - p) / T exactly
+        }
+        right = c.bool()
+        out[T] = {name: (torch.corrcoef(torch.stack([a.flatten(), true.flatten()]))[0, 1].item(),
+                         (a[right] < -1e-12).double().mean().item()) for name, a in estimates.items()}
+    return out
+
+
+credit = credit_assignment([1, 2, 4, 8, 16, 32, 64], G=8)
 print("  T   corr(A, A*): group  critic l=1  critic l=0 | right tokens with A < 0: group  critic l=1")
 for T, d in credit.items():
     print(f"{T:3d}  {d['group'][0]:18.3f}  {d['critic lambda=1'][0]:10.3f}  {d['critic lambda=0'][0]:10.3f}"
           f" | {d['group'][1]:30.3f}  {d['critic lambda=1'][1]:10.3f}")
+assert all(abs(credit[T]["group"][0] * T**0.5 / (7 / 8) ** 0.5 - 1) < 0.1 for T in credit)  # sqrt((G-1)/G) / sqrt(T)
+assert credit[64]["group"][1] > 0.4
 fig, ax = plt.subplots(figsize=(7, 3.2), layout="constrained")
 Ts = list(credit)
 for name, color in (("group", plots.FIXED), ("critic lambda=1", plots.REFERENCE), ("critic lambda=0", "#2ca02c")):
@@ -649,14 +995,14 @@ plt.show()
 # Then sample $j$ of a "group" starts from its own state $s_j$, and $\bar r$ estimates the average value over
 # states, not $V(s_i)$. It is still a valid baseline if it excludes $r_i$, but the per-state value stays in
 # every advantage as noise: the error floor is $\text{Var}_s V(s)$, whatever $G$. The "no reset" column of
-# section 3 simulates exactly this (each of the $G$ samples from a different random prompt):
+# notebook 05 §3 simulates exactly this (each of the $G$ samples from a different random prompt):
 
 # %%
-var_v = value.var(unbiased=False).item()
 for G in (2, 8, 32):
     e = errors[G]
     print(f"G={G:2d}: same state {e['group mean']['mse']:.4f} | no reset {e['no reset']['mse']:.4f} "
           f"(floor Var_x V = {var_v:.4f}) | critic V_phi(s) {e['critic']['mse']:.4f}")
+    assert e["no reset"]["mse"] > var_v and e["no reset"]["mse"] > e["group mean"]["mse"]
 
 # %% [markdown]
 # A critic conditions on the state it is given, so it needs no reset: this (and multi-turn, per-step
@@ -664,7 +1010,7 @@ for G in (2, 8, 32):
 #
 # > **You should know.** GRPO's baseline assumes you can draw $G$ i.i.d. completions of the *same* prompt;
 # > in an LLM with a fixed prompt that is free. When the state is not replayable, the group degenerates
-# > into a batch mean (the B9 failure by construction) and you need $V_\phi(s)$.
+# > into a batch mean (what B9 does by accident when $B$ does not divide $G$) and you need $V_\phi(s)$.
 #
 # <details><summary>Answer: could you group samples with <em>similar</em> states instead?</summary>
 #
@@ -693,17 +1039,18 @@ rows = [
 ]
 for a, b, c in rows:
     print(f"{a:32s} | {b:28s} | {c}")
+assert final["critic"] > final["group"] and errors[8]["critic"]["mse"] > errors[8]["group mean"]["mse"]
 
 # %% [markdown]
 # | | GRPO (group baseline) | PPO (learned critic) |
 # |---|---|---|
 # | value network | none: no extra memory, optimizer state or passes | a second network, its Adam state, more passes |
 # | baseline error | unbiased, variance $\sigma^2/G$ | bias and lag, flat in $G$ |
-# | own-sample coupling | $(G-1)/G$ shrinkage (RLOO removes it) | none |
+# | own-sample coupling | $(G-1)/G$ shrinkage (RLOO removes it); a std from the same samples biases it | none |
 # | credit assignment | one advantage for every token | per token (GAE; $\lambda$ trades variance for bias) |
 # | samples | $G$ per prompt, all from the same state | $G = 1$ works; no reset needed |
 # | all-equal groups | no signal: the generations are wasted | $r - V_\phi(s) \ne 0$ still teaches |
-# | normalisation | group std re-weights prompts by $1/\sigma(x)$ | batch-level |
+# | normalisation | group std re-weights prompts by $c(p, G)$ ($\to 1/\sigma(x)$ only as $G$ grows) | batch-level |
 # | tuning | nothing to warm up | critic learning rate, $\lambda$, warm-up |
 #
 # The critic run finished higher on this one seed while its baseline was the less accurate one at
@@ -711,44 +1058,60 @@ for a, b, c in rows:
 # faster in general.
 
 # %% [markdown]
-# ## Self-check
+# ## 8. Self-check
 #
-# 1. Why is $r_i - \bar r$ biased toward zero, by how much, and why does it not matter after std normalisation?
-# 2. A colleague computes `rewards.view(G, B)`. With $B = G$ the run is perfect. Why, and what breaks when $B \ne G$?
+# 1. Why is $r_i - \bar r$ biased toward zero, by how much, and does dividing by the group std make it unbiased?
+# 2. A colleague computes `rewards.view(G, B)`. With $B = G$ the run is perfect. Why, when does the centring
+#    check stay silent, and what breaks when $B$ does not divide $G$?
 # 3. Name two regimes where more than 80% of groups give no gradient, and one remedy for each.
 # 4. Per-sequence length normalisation: which answers does it favour, and does the twins' loss have the same bias?
-# 5. When do you still want a critic?
+# 5. "Std normalisation weights each prompt by $1/\sigma(x)$." When is that right, and what is it at $G = 2$?
+# 6. When do you still want a critic?
 #
 # <details><summary>Answer 1</summary>
 #
-# $\bar r$ contains $r_i$: $\mathbb{E}[r_i - \bar r\mid r_i] = \frac{G-1}{G}(r_i - V)$ (0.75 at $G=4$, section 1). The
-# factor is the same for every sample, so dividing by the group std (scale-invariant) cancels it; RLOO removes
-# it without std.
+# $\bar r$ contains $r_i$: $\mathbb{E}[r_i - \bar r\mid r_i] = \frac{G-1}{G}(r_i - V)$ (0.75 at $G=4$, notebook 05 §1),
+# the same factor for every prompt, so the direction stays unbiased; RLOO removes the factor. Dividing by the
+# group std gives RLOO and the group mean identical numbers, but makes neither unbiased: the std is computed
+# from the same samples, so $\mathbb{E}[A_i \mid r_i]$ is no longer a straight line in $r_i$ (notebook 05 §1: its
+# slope falls from 3.04 to 1.16 across the reward levels) and the expected update is not along $\nabla V$.
 # </details>
 #
 # <details><summary>Answer 2</summary>
 #
 # With $B=G$ the buggy rows of `view(G, B)` are exactly the prompt groups (the layout is prompt-major with
-# $G$ per prompt). Otherwise a row spans parts of several prompts: the baseline is a mixture of other prompts'
-# values (section 3: zero bias at $G=16=B$, large at $G=4$), and constant rows zero out real signal.
+# $G$ per prompt), so the advantages are exactly right. When $B$ divides $G$ each row is a slice of one group:
+# every group stays centred and the `adv_group_mean` check is silent, though the advantages are wrong (each
+# slice has its own mean and std; notebook 01 §10.1). When $B$ does not divide $G$ a row spans several
+# prompts: the baseline mixes other prompts' values (notebook 05 §3: zero bias at $G = 16$ and 32 with
+# $B = 16$, large at $G = 4$ and 8), signs flip per sample with graded rewards, constant rows zero out real
+# signal, and the centring check fires. In expectation it is mostly extra variance (notebook 01 §10.2).
 # </details>
 #
 # <details><summary>Answer 3</summary>
 #
-# Hard prompts ($p \approx 0.02$ on SparseMatchTask: 0.84 of groups at $G=8$ in section 6.1) and solved prompts
-# (late training, section 4). Remedies: larger $G$ or dynamic sampling for hard prompts, curriculum or
-# filtering out solved prompts; denser rewards; a critic, which still gets $r - V_\phi \ne 0$.
+# Hard prompts ($p \approx 0.02$ on SparseMatchTask: 0.84 of groups at $G=8$ in notebook 05 §6.1) and solved
+# prompts (late training, notebook 05 §4). Remedies: larger $G$ or dynamic sampling for hard prompts, curriculum
+# or filtering out solved prompts; denser rewards; a critic, which still gets $r - V_\phi \ne 0$.
 # </details>
 #
 # <details><summary>Answer 4</summary>
 #
 # Dividing by $|o_i|$ gives weight $A_i/|o_i|$ per token: short right answers and long wrong answers are
-# favoured (section 6.4: wrong answers grew long with reward independent of length). The twins divide by the
-# minibatch's total token count, the same for every token: no per-sequence length bias, only a batch-dependent
-# scale.
+# favoured (notebook 05 §6.4: wrong answers grew long with reward independent of length). The twins divide by
+# the minibatch's total token count, the same for every token: no per-sequence length bias, only a
+# batch-dependent scale.
 # </details>
 #
 # <details><summary>Answer 5</summary>
+#
+# Only as $G \to \infty$, where the sample std becomes $\sigma(x)$. Exactly, with binary rewards the expected
+# update is $c(p, G)\,\nabla V(x)$: $c = 1$ for every prompt at $G = 2$ (a pair is always $\pm1$), at most
+# $\sqrt{G-1}$ for a given $G$, and within 2% of $1/\sigma$ only at $G = 512$ for the $p$ of the table in
+# notebook 05 §6.3 (at $G = 8$ a prompt with $p = 0.02$ gets 2.57, not 7.14).
+# </details>
+#
+# <details><summary>Answer 6</summary>
 #
 # Long horizons with intermediate rewards (per-token credit), multi-turn or stateful environments that cannot
 # be reset, $G$ that must stay small (expensive generation), and when many groups are constant.
@@ -756,4 +1119,5 @@ for a, b, c in rows:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"notebook compute: {time.perf_counter() - started:.1f} s on this machine")
+print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
+      f"{time.process_time() - started_cpu:.1f} s CPU (this kernel) on this machine")

@@ -1,0 +1,209 @@
+"""workbook/critic.py, the machinery of notebook 05: the harness is the twin's loop (the group baseline gives
+grpo_fixed.train's statistics exactly), GAE with lambda = 1 is the return minus V, a short critic run trains
+its critic, passes are counted with forward hooks on the instances (nothing patched), and the exact
+enumeration and the baseline experiment agree with cases whose answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import grpo_fixed as gf  # noqa: E402
+from workbook import catalog  # noqa: E402
+from workbook import critic as C  # noqa: E402
+
+SHORT = dict(steps=3, prompts_per_batch=4)
+
+
+@pytest.fixture(scope="module")
+def critic_run():
+    return C.train_with_baseline(baseline="critic", snapshot_at=(0, 2), **SHORT)
+
+
+# ---- the harness is the twin --------------------------------------------------------------------
+
+
+def test_group_baseline_reproduces_grpo_fixed_train_exactly():
+    ours, _ = C.train_with_baseline(baseline="group", **SHORT)
+    theirs = gf.train(**SHORT)
+    assert len(ours) == len(theirs) == SHORT["steps"]
+    for a, b in zip(ours, theirs, strict=True):
+        keys = set(a) - {"seconds"}
+        assert keys <= set(b) and {"reward", "loss", "kl", "grad_norm", "adv_group_mean"} <= keys
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+
+
+def test_a_hybrid_module_runs_its_own_functions():
+    """module=B2 uses the hybrid's group_advantage: on a sparse task its advantages turn NaN."""
+    from workbook.tasks import SparseMatchTask
+
+    history, _ = C.train_with_baseline(SparseMatchTask(), module=catalog.hybrid("B2"), steps=1, prompts_per_batch=8)
+    fixed, _ = C.train_with_baseline(SparseMatchTask(), steps=1, prompts_per_batch=8)
+    assert history[0]["adv_nonfinite"] > 0 and fixed[0]["adv_nonfinite"] == 0
+
+
+def test_unknown_baseline_is_rejected():
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        C.train_with_baseline(baseline="value", steps=1)
+
+
+# ---- GAE ------------------------------------------------------------------------------------------
+
+
+def random_episodes(n=6, T=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (n,), generator=g)  # (n,)
+    mask = torch.arange(T)[None, :] < lengths[:, None]  # (n, T)
+    values = torch.randn(n, T, generator=g)  # (n, T), garbage after the episode ends
+    rewards = torch.rand(n, generator=g)  # (n,)
+    return values, rewards, mask
+
+
+def test_gae_with_lambda_one_is_the_return_minus_v():
+    values, rewards, mask = random_episodes()
+    adv = C.gae_advantages(values, rewards, mask, lam=1.0)  # (n, T)
+    assert torch.allclose(adv, torch.where(mask, rewards[:, None] - values, 0.0), atol=1e-6)
+
+
+def test_gae_with_lambda_zero_is_the_one_step_td_error():
+    values, rewards, mask = random_episodes(seed=1)
+    adv = C.gae_advantages(values, rewards, mask, lam=0.0)
+    last = C.last_token(mask)
+    next_v = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1) * torch.cat(
+        [mask[:, 1:], torch.zeros_like(mask[:, :1])], 1)
+    td = torch.where(last, rewards[:, None], 0.0) + next_v - values
+    assert torch.allclose(adv, torch.where(mask, td, 0.0), atol=1e-6)
+
+
+def test_gae_hand_example():
+    values = torch.tensor([[0.5, 0.6, 0.8, 0.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    half = C.gae_advantages(values, torch.tensor([1.0]), mask, lam=0.5)
+    assert torch.allclose(half, torch.tensor([[0.25, 0.3, 0.2, 0.0]]))  # delta = .1, .2, .2; A = delta + A'/2
+
+
+def test_the_critic_targets_are_the_outcome_with_lambda_one():
+    """On a real rollout: with lambda = 1 every generated token's return is the outcome reward r, so the
+    advantage before scaling, returns - V_phi_old, is r - V(s_t)."""
+    task, cfg = gf.EchoTask(), gf.make_config(prompts_per_batch=4)
+    policy, ref_policy, _, generator = gf.setup_run(task, cfg, seed=0)
+    batch, _ = gf.rollout(policy, ref_policy, task, cfg, generator)
+    stats = C.attach_advantages(batch, "critic", C.make_critic(task, cfg.hidden), cfg, lam=1.0)
+    mask, r = batch["mask"], batch["rewards"][:, None].expand_as(batch["mask"])
+    assert torch.allclose(batch["returns"][mask], r[mask], atol=1e-6)
+    scale = (batch["returns"] - batch["values"])[mask].std(unbiased=False) + cfg.adv_eps
+    assert torch.allclose(batch["token_advantages"] * scale, torch.where(mask, r - batch["values"], 0.0), atol=1e-5)
+    assert -1.0 <= stats["explained_variance"] <= 1.0 and stats["value_error"] >= 0
+
+
+def test_token_loss_equals_grpo_loss_for_constant_rows():
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(3, 4, generator=g)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
+    adv = torch.tensor([0.7, -1.2, 0.3])
+    token = C.token_grpo_loss(logp, logp - 0.3, adv[:, None].expand(3, 4), mask)
+    assert torch.equal(token, gf.grpo_loss(logp, logp - 0.3, adv, mask))
+
+
+# ---- a short critic run ---------------------------------------------------------------------------
+
+
+def test_short_critic_run_logs_value_stats_and_trains_the_critic(critic_run):
+    history, snapshots = critic_run
+    assert [s["iteration"] for s in history] == [0, 1, 2]
+    for s in history:
+        assert all(math.isfinite(s[k]) for k in ("reward", "loss", "kl", "value_error", "explained_variance"))
+    (p0, c0), (p2, c2) = snapshots[0], snapshots[2]
+    moved = lambda a, b: any(not torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))  # noqa: E731
+    assert moved(c0, c2) and moved(p0, p2)  # both networks were updated
+    assert c0.head.out_features == 1 and not c0.training
+
+
+def test_snapshots_are_copies_taken_before_the_iteration(critic_run):
+    _, snapshots = critic_run
+    fresh_policy, _, _, _ = gf.setup_run(gf.EchoTask(), gf.make_config(), seed=0)
+    for a, b in zip(snapshots[0][0].parameters(), fresh_policy.parameters(), strict=True):
+        assert torch.equal(a, b)  # iteration 0's snapshot is the initial policy
+
+
+# ---- cost accounting: hooks on instances ----------------------------------------------------------
+
+
+def test_count_passes_counts_every_network_and_patches_nothing():
+    forward = gf.TinyPolicy.forward
+    cfg = gf.make_config(**SHORT)
+    N, steps = cfg.prompts_per_batch * cfg.group_size, cfg.inner_epochs * cfg.minibatches
+    group = C.count_passes(baseline="group", **SHORT)
+    critic = C.count_passes(baseline="critic", **SHORT)
+    assert gf.TinyPolicy.forward is forward  # the class is untouched
+    assert group[("reference", "forward")] == (1, N)
+    assert group[("policy", "forward+backward")] == (steps, cfg.inner_epochs * N)
+    calls, rows = group[("policy", "forward")]
+    assert rows == calls * N and 2 <= calls <= gf.EchoTask.max_completion_length + 1  # generation + old log-probs
+    assert {k: v for k, v in critic.items() if k not in group} == {
+        ("critic", "forward"): (1, N), ("critic", "forward+backward"): (steps, cfg.inner_epochs * N)}
+
+
+def test_count_passes_removes_its_hooks():
+    seen = {}
+    original = C.train_with_baseline
+
+    def spy(*args, on_setup=None, **kwargs):
+        def keep(networks):
+            seen.update(networks)
+            on_setup(networks)
+        return original(*args, on_setup=keep, **kwargs)
+
+    C.train_with_baseline = spy
+    try:
+        C.count_passes(baseline="critic", **SHORT)
+    finally:
+        C.train_with_baseline = original
+    assert set(seen) == {"policy", "reference", "critic"}
+    assert all(not net._forward_hooks for net in seen.values())
+
+
+# ---- exact enumeration and the baseline experiment -------------------------------------------------
+
+
+def test_all_completions_count_and_exact_probabilities_sum_to_one():
+    task = gf.EchoTask()
+    completions, mask = C.all_completions(task)
+    assert completions.shape == (1 + 5 + 25 + 125 + 625, task.max_completion_length)
+    assert len({tuple(row.tolist()) for row in completions}) == completions.shape[0]  # all distinct
+    policy, _, _, _ = gf.setup_run(task, gf.make_config(), seed=0)
+    probs, rewards = C.exact_outcomes(policy, task, C.all_prompts(task)[:3], 0.8)
+    assert torch.allclose(probs.sum(1), torch.ones(3), atol=1e-5)
+    assert ((rewards >= 0) & (rewards <= 1)).all()
+
+
+def test_baseline_experiment_on_deterministic_prompts():
+    """Every prompt always gets the same reward (sigma = 0): the group mean is exact, no baseline errs by V^2."""
+    rewards = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])  # (n, K)
+    probs = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])  # prompt 0 always 1, prompt 1 always 1, prompt 2 0.5
+    value = (probs * rewards).sum(1)  # (n,) = 1, 1, 0.5
+    group = lambda r, G, slots: r.unflatten(-1, (-1, G)).mean(-1, keepdim=True).expand(*r.shape[:-1], -1, G).flatten(-2)  # noqa: E731
+    out = C.baseline_experiment(probs, rewards, [2, 4], {"group": group, "none": lambda r, G, s: torch.zeros_like(r)},
+                                no_reset={"no reset": group}, B=4, repeats=50)
+    for G in (2, 4):
+        assert out[G]["group"]["mse"] < 1e-12 and out[G]["group"]["bias2"] < 1e-12
+        assert out[G]["none"]["mse"] == pytest.approx(value.pow(2).mean().item(), rel=0.15)
+        assert out[G]["no reset"]["mse"] > 0.01  # other prompts' values leak in
+
+
+def test_per_prompt_figure_shows_the_stats():
+    value = torch.tensor([0.4, 0.6, 0.8])
+    fig = C.PerPromptFigure(value, value - 0.1, B=16)
+    stats = dict(mean_b=torch.tensor([0.5, 0.6, 0.7]), std_b=torch.tensor([0.1, 0.0, 0.2]), mse=0.0123, bias2=0.0045)
+    fig.update(4, stats, stats)
+    points, bars, label = fig.panels["B9"]
+    assert points.get_ydata().tolist() == pytest.approx([0.5, 0.6, 0.7])
+    assert [seg[:, 1].tolist() for seg in bars.get_segments()][2] == pytest.approx([0.5, 0.9])
+    assert label.get_text() == "G = 4: MSE 0.0123, bias^2 0.0045"
+    plt.close(fig.fig)

@@ -1,5 +1,7 @@
-"""Helpers for notebook 04 (stabilisers): clipped-surrogate curves by autograd, KL estimators on a
-small vocabulary, short instrumented training runs (cached), and two toys (reward scale, Adam spike).
+"""Machinery for notebook 04 (stabilisers): 1-token autograd probes of the clipped surrogate, exact KL
+quantities on a small vocabulary, short instrumented training runs (cached), and the slider helpers.
+The code the notebook teaches (the k1/k2/k3 estimators, the clip-only loss, the centred advantage, the
+Adam spike toy) lives in the notebook's own cells.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ import math
 
 import ipywidgets as widgets
 import torch
+from torch.func import vmap
 
 import grpo_fixed
 from workbook.catalog import hybrid
@@ -28,15 +31,18 @@ def surrogate_and_grad(loss_fn, ratio: float, adv: float, clip: float):
 
 
 def surrogate_curves(loss_fn, ratios, adv: float, clip: float):
-    """J(rho) and dJ/dlog pi over a grid of ratios -> (list, list)."""
-    pairs = [surrogate_and_grad(loss_fn, r, adv, clip) for r in ratios]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def clip_only_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
-    """The clipped term alone, without the min: L = -mean clip(rho, 1-c, 1+c) A (for 'why the min')."""
-    ratio = torch.exp(logprobs - old_logprobs)  # (N, T)
-    return -grpo_fixed.masked_mean(torch.clamp(ratio, 1 - clip, 1 + clip) * advantages[:, None], mask)
+    """J(rho) and dJ/dlog pi over a grid of R ratios, the same numbers as surrogate_and_grad point by
+    point, in two calls: J by vmap over R one-token losses; dJ from one loss over R one-token sequences,
+    whose mean over R rows gives d loss / d logp_i = -dJ_i / R. -> (list, list)"""
+    logp = torch.tensor(ratios, dtype=torch.float64).log()  # (R,)
+    old, mask = torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.bool)  # (1, 1)
+    adv1 = torch.tensor([float(adv)], dtype=torch.float64)  # (1,)
+    J = vmap(lambda lp: -loss_fn(lp.reshape(1, 1), old, adv1, mask, clip))(logp)  # (R,)
+    rows = logp[:, None].clone().requires_grad_(True)  # (R, 1): R sequences of one token
+    loss_fn(rows, torch.zeros_like(rows), adv1.expand(len(ratios)), torch.ones_like(rows, dtype=torch.bool),
+            clip).backward()
+    dJ = -rows.grad[:, 0] * len(ratios)  # (R,)
+    return (J + 0.0).tolist(), (dJ + 0.0).tolist()
 
 
 def zero_grad_interval(ratios, grads):
@@ -46,23 +52,12 @@ def zero_grad_interval(ratios, grads):
 
 
 # ----------------------------------------------------------------------------------------------
-# 2. KL estimators on a small vocabulary (x ~ pi, r = pi_ref(x) / pi(x))
+# 2. Exact KL quantities on a small vocabulary
 
 
 def kl_exact(logp, logq):
     """KL(p || q) = sum_x p(x) (log p(x) - log q(x)) for log-prob vectors (V,)."""
     return (logp.exp() * (logp - logq)).sum().item()
-
-
-def kl_estimator_samples(logp, logq, n: int, generator):
-    """Per-sample estimates of KL(p || q) from x ~ p: with log r = log q(x) - log p(x),
-    k1 = -log r,  k2 = (log r)^2 / 2,  k3 = r - 1 - log r,  and B8's k3 with the log-ratio reversed,
-    1/r - 1 + log r (its mean is chi^2(p || q) - KL(p || q)). -> tokens (n,), dict name -> (n,)"""
-    tokens = torch.multinomial(logp.exp(), n, replacement=True, generator=generator)  # (n,)
-    log_r = logq[tokens] - logp[tokens]  # (n,)
-    estimates = {"k1": -log_r, "k2": 0.5 * log_r**2, "k3": log_r.exp() - 1 - log_r,
-                 "k3 reversed (B8)": (-log_r).exp() - 1 + log_r}
-    return tokens, estimates
 
 
 def chi2(logp, logq):
@@ -96,27 +91,24 @@ def pathwise_kl_grads(logits_p, logq):
 
 class NoisyEchoTask(grpo_fixed.EchoTask):
     """EchoTask whose reward is multiplied by `scale`, and with probability `glitch_prob` per sample
-    gets `glitch_size` added (a reward-model outlier, unrelated to the completion). The clean echo
-    reward of every batch (before scale and glitch) is kept in `self.clean`."""
+    gets `glitch_size` added (a reward-model outlier, unrelated to the completion). Per batch it keeps
+    the clean echo reward (before scale and glitch) in `self.clean` and the number of glitched samples
+    in `self.glitches`."""
 
     def __init__(self, scale=1.0, glitch_prob=0.0, glitch_size=0.0, seed=0):
         self.scale, self.glitch_prob, self.glitch_size = scale, glitch_prob, glitch_size
         self.generator = torch.Generator().manual_seed(seed)  # its own stream: sampling is untouched
-        self.clean = []
+        self.clean, self.glitches = [], []
 
     def reward(self, prompts, completions, mask):
         clean = super().reward(prompts, completions, mask)  # (n,) in [0, 1]
         self.clean.append(clean.mean().item())
         if self.glitch_prob == 0:
+            self.glitches.append(0)
             return clean * self.scale
         glitch = torch.rand(clean.shape, generator=self.generator) < self.glitch_prob  # (n,)
+        self.glitches.append(int(glitch.sum()))
         return clean * self.scale + glitch * self.glitch_size
-
-
-def centred_advantage(rewards, eps: float = 1e-8):
-    """No advantage normalisation: A_i = r_i - mean(r) (the group baseline only). (G,) float64"""
-    r = torch.as_tensor(rewards, dtype=torch.float64)  # (G,)
-    return r - r.mean()
 
 
 def k3_from_ratio(ratio):
@@ -140,19 +132,20 @@ def exact_token_kl(module, policy, ref_policy, batch, temperature):
 _RUNS: dict = {}
 
 
-def instrumented_run(*bugs, reward_scale=1.0, glitch_prob=0.0, glitch_size=0.0, normalise=True, seed=0,
+def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0, glitch_size=0.0, seed=0,
                      **overrides):
     """train() of a hybrid (fixed + `bugs`) on NoisyEchoTask, recording per iteration: the inner steps
     (k3 to pi_ref as logged, k3 to pi_old from the ratio, pre-clip grad norm), the exact KL to pi_ref
-    after the update, and the clean reward. normalise=False swaps in centred_advantage.
-    Cached: the same arguments return the same dict. -> dict(history, inner, exact_kl, clean_reward)"""
+    after the update, the clean reward and the number of glitched samples. advantage_fn, if given,
+    replaces group_advantage (one group's rewards -> its advantages).
+    Cached: the same arguments return the same dict. -> dict(history, inner, exact_kl, clean_reward, glitches)"""
     cfg = grpo_fixed.make_config(**overrides)  # hashable; equal configs share one run
-    key = (bugs, reward_scale, glitch_prob, glitch_size, normalise, seed, cfg)
+    key = (bugs, advantage_fn, reward_scale, glitch_prob, glitch_size, seed, cfg)
     if key in _RUNS:
         return _RUNS[key]
     m = hybrid(*bugs)
-    if not normalise:
-        m.group_advantage = centred_advantage
+    if advantage_fn is not None:
+        m.group_advantage = advantage_fn  # batch_advantages looks it up in the copy's globals
     out = dict(inner=[], exact_kl=[])
     rollout, update_policy, refs = m.rollout, m.update_policy, {}
 
@@ -170,7 +163,7 @@ def instrumented_run(*bugs, reward_scale=1.0, glitch_prob=0.0, glitch_size=0.0, 
     m.rollout, m.update_policy = rollout_spy, update_spy
     task = NoisyEchoTask(reward_scale, glitch_prob, glitch_size, seed)
     out["history"] = m.train(task, seed=seed, **overrides)
-    out["clean_reward"] = task.clean
+    out["clean_reward"], out["glitches"] = task.clean, task.glitches
     _RUNS[key] = out
     return out
 
@@ -181,19 +174,28 @@ def tail_mean(values, n: int = 10):
     return sum(tail) / len(tail)
 
 
+def step_norms(run) -> list[float]:
+    """The pre-clip gradient norm of every inner step of an instrumented run, in order."""
+    return [step["grad_norm"] for it in run["inner"] for step in it]
+
+
+def quantile(values, q: float) -> float:
+    """The q-quantile of values (nearest rank from below: sorted(values)[floor(q * (n - 1))])."""
+    ordered = sorted(values)
+    return ordered[math.floor(q * (len(ordered) - 1))]
+
+
 # ----------------------------------------------------------------------------------------------
-# 4. Reward scale on one batch, and an Adam step after a gradient spike
+# 4. Reward scale on one batch
 
 
 def pg_grad_norm(advantage_fn, reward_scale: float, *, seed=0, prompts_per_batch=8):
     """Norm of the gradient of the clipped surrogate (no KL) on one rollout batch of a fresh policy
     whose rewards are multiplied by reward_scale; advantages from advantage_fn per group."""
-    torch.manual_seed(seed)
     cfg = grpo_fixed.make_config(prompts_per_batch=prompts_per_batch)
     task = NoisyEchoTask(reward_scale)
-    policy = grpo_fixed.TinyPolicy(task.vocab_size, cfg.hidden)
-    generator = torch.Generator().manual_seed(seed)
-    batch, _ = grpo_fixed.rollout(policy, policy, task, cfg, generator)
+    policy, ref_policy, _, generator = grpo_fixed.setup_run(task, cfg, seed)
+    batch, _ = grpo_fixed.rollout(policy, ref_policy, task, cfg, generator)
     groups = batch["rewards"].view(-1, cfg.group_size)  # (B, G)
     adv = torch.cat([advantage_fn(g.tolist()) for g in groups]).float()  # (B*G,)
     logp = grpo_fixed.policy_logprobs(policy, batch["prompts"], batch["completions"], cfg.temperature)
@@ -201,22 +203,7 @@ def pg_grad_norm(advantage_fn, reward_scale: float, *, seed=0, prompts_per_batch
     return torch.cat([p.grad.flatten() for p in policy.parameters()]).norm().item()
 
 
-def adam_steps_after_spike(spike: float, max_grad_norm: float, *, steps=60, spike_at=10, lr=1e-2):
-    """One parameter, gradient 1 every step except `spike` at step spike_at; Adam with the gradient
-    clipped to max_grad_norm (inf = no clipping). -> list of |parameter change| per step."""
-    w = torch.zeros(1, requires_grad=True)
-    opt = torch.optim.Adam([w], lr=lr)
-    moves = []
-    for t in range(steps):
-        before = w.detach().clone()
-        w.grad = torch.full((1,), spike if t == spike_at else 1.0)
-        torch.nn.utils.clip_grad_norm_([w], max_grad_norm)
-        opt.step()
-        moves.append((w.detach() - before).abs().item())
-    return moves
-
-
-def choice(options: dict, value, description: str):
-    """A slider over a few precomputed settings {label: value}; fires on release only."""
-    return widgets.SelectionSlider(options=list(options.items()), value=value, description=description,
+def choice(labels, value, description: str):
+    """A slider over a few precomputed settings (their labels); fires on release only."""
+    return widgets.SelectionSlider(options=list(labels), value=value, description=description,
                                    continuous_update=False, style={"description_width": "initial"})

@@ -27,18 +27,23 @@
 #    the exact KL; why k3; what β buys and costs; what a flipped sign does; why the anchor is the
 #    frozen reference and not the old policy. B8 (log-ratio reversed) is a biased estimator.
 # 3. **Reward normalisation**: how the reward's scale changes the step with and without dividing by
-#    the group std, what Adam hides and what it does not; B2 (no eps) at tiny reward scales.
-# 4. **Gradient clipping**: grad-norm traces with and without (B11), where it matters and where it
-#    does not, and why it still matters under Adam.
+#    the group std, what Adam hides and what it does not; B2 (no eps) at tiny reward scales; what an
+#    outlier reward does to a normalised group; population vs sample std; whitening the rewards of the
+#    batch vs normalising each group.
+# 4. **Gradient clipping**: grad-norm traces with and without (B11), how to pick the cap from the
+#    pre-clip norms and read the clip rate, and why it still matters under Adam.
 #
 # Everything below calls the twins' own functions (`grpo_loss`, `kl_to_reference`, `group_advantage`,
-# `train`). `workbook/nb04.py` holds the small helpers: 1-token autograd probes, estimator samples,
-# and `instrumented_run`, a cached `train()` that also records the inner steps and the exact KL.
+# `train`). The code being taught (the estimators, the clip-only loss, the advantage variants, the Adam
+# toy) is in the cells; `workbook/nb04.py` is machinery only: 1-token autograd probes, exact KL sums, and
+# `instrumented_run`, a cached `train()` that also records the inner steps and the exact KL.
 
 # %%
+import functools
 import logging
 import math
 import time
+import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -48,14 +53,26 @@ import grpo_buggy
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from workbook import nb04
-from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed
-from workbook.widgets import live_figure, set_value, slider
+from workbook.monitor import render_range
+from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
+from workbook.widgets import live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 TWINS = {"buggy": grpo_buggy, "fixed": grpo_fixed}
 SHORT = dict(steps=30, prompts_per_batch=8)  # every training run here: 30 iterations of 8 prompts x 8 samples
+G = grpo_fixed.make_config().group_size
 POS, NEG = "tab:green", "tab:purple"  # A > 0, A < 0
+redraw_seconds = {}  # slider figure -> [(wall, CPU) seconds of each set_value, kernel side] (printed at the end)
 started = time.perf_counter()
+
+
+def timed_set(w, name, description, value):
+    """set_value, timed into redraw_seconds[name]."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    result = set_value(w, description, value)
+    redraw_seconds.setdefault(name, []).append((time.perf_counter() - start, time.process_time() - start_cpu))
+    return result
+
 
 # %% [markdown]
 # ## 1. Clipping
@@ -75,16 +92,22 @@ started = time.perf_counter()
 # of ρA instead of on ρ.
 #
 # **Tiny input.** One sequence of one token with log π_old = 0 and log π = log ρ, so the loss *is*
-# −J(ρ); autograd gives ∂J/∂log π. |A| = 1.5, ε = 0.2.
+# −J(ρ); autograd gives ∂J/∂log π (`nb04.surrogate_and_grad`). |A| = 1.5, ε = 0.2.
 
 # %%
 RHOS = [0.5, 0.9, 1.0, 1.1, 1.5, 3.0]
+surrogate = {}  # (twin, A, rho) -> (J, dJ/dlog pi)
 print(f"{'A':>5} {'rho':>5} | {'J buggy':>8} {'dJ buggy':>9} | {'J fixed':>8} {'dJ fixed':>9}")
 for adv in (1.5, -1.5):
     for rho in RHOS:
-        j_b, g_b = nb04.surrogate_and_grad(grpo_buggy.grpo_loss, rho, adv, clip=0.2)
-        j_f, g_f = nb04.surrogate_and_grad(grpo_fixed.grpo_loss, rho, adv, clip=0.2)
+        for name, twin in TWINS.items():
+            surrogate[name, adv, rho] = nb04.surrogate_and_grad(twin.grpo_loss, rho, adv, clip=0.2)
+        (j_b, g_b), (j_f, g_f) = surrogate["buggy", adv, rho], surrogate["fixed", adv, rho]
         print(f"{adv:+5.1f} {rho:5.2f} | {j_b:+8.4f} {g_b:+9.4f} | {j_f:+8.4f} {g_f:+9.4f}")
+assert surrogate["fixed", 1.5, 1.5][1] == surrogate["fixed", 1.5, 3.0][1] == 0.0  # past 1 + eps: flat
+assert surrogate["fixed", -1.5, 0.5][1] == 0.0 and math.isclose(surrogate["fixed", -1.5, 3.0][1], -4.5)  # unbounded
+assert math.isclose(surrogate["buggy", 1.5, 1.0][0], 1.2) and surrogate["buggy", 1.5, 1.0][1] == 0.0  # B4 at rho = 1
+assert all(math.isclose(surrogate["buggy", -1.5, rho][1], -1.5 * rho) for rho in RHOS)  # B4: A < 0 never clipped
 
 # %% [markdown]
 # Read the fixed columns first: for A = +1.5, ∂J/∂log π = ρA up to ρ = 1.1 and exactly 0 at ρ = 1.5
@@ -96,14 +119,24 @@ for adv in (1.5, -1.5):
 # advantage gets no gradient at all. For A = −1.5, `clamp(ρA, 0.8, 1.2)` is always 0.8, larger than
 # ρA < 0, so the min always picks ρA: bad tokens are never clipped.
 #
-# **Why the min.** Drop it and use the clipped term alone; the next cell compares.
+# **Why the min.** Drop it and use the clipped term alone:
 
 # %%
+def clip_only_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
+    """The clipped term alone, without the min: L = -mean_t clip(rho_t, 1 - c, 1 + c) A.
+    logprobs, old_logprobs, mask: (N, T); advantages: (N,)."""
+    ratio = torch.exp(logprobs - old_logprobs)  # (N, T)
+    return -grpo_fixed.masked_mean(torch.clamp(ratio, 1 - clip, 1 + clip) * advantages[:, None], mask)
+
+
 print(f"{'A':>5} {'rho':>5} | {'dJ with min':>11} {'dJ clip only':>12}")
+with_min, clip_only = {}, {}
 for adv, rho in ((1.5, 0.5), (1.5, 1.5), (-1.5, 0.5), (-1.5, 1.5)):
-    g_min = nb04.surrogate_and_grad(grpo_fixed.grpo_loss, rho, adv, clip=0.2)[1]
-    g_clip = nb04.surrogate_and_grad(nb04.clip_only_loss, rho, adv, clip=0.2)[1]
-    print(f"{adv:+5.1f} {rho:5.2f} | {g_min:+11.4f} {g_clip:+12.4f}")
+    with_min[adv, rho] = nb04.surrogate_and_grad(grpo_fixed.grpo_loss, rho, adv, clip=0.2)[1]
+    clip_only[adv, rho] = nb04.surrogate_and_grad(clip_only_loss, rho, adv, clip=0.2)[1]
+    print(f"{adv:+5.1f} {rho:5.2f} | {with_min[adv, rho]:+11.4f} {clip_only[adv, rho]:+12.4f}")
+assert set(clip_only.values()) == {0.0}  # no gradient on either side of the window
+assert math.isclose(with_min[1.5, 0.5], 0.75) and math.isclose(with_min[-1.5, 1.5], -2.25)  # the min pulls back
 
 # %% [markdown]
 # Clip-only kills the gradient on *both* sides of the window. That is right when the ratio moved in
@@ -113,30 +146,53 @@ for adv, rho in ((1.5, 0.5), (1.5, 1.5), (-1.5, 0.5), (-1.5, 1.5)):
 # (+0.75 and −2.25). The min makes J a pessimistic lower bound on the unclipped objective: clipping
 # removes the incentive to overshoot, never the correction of a mistake.
 #
-# **Slider.** Clip radius ε and advantage size |A|; solid lines are J(ρ), dashed lines ∂J/∂log π, the
-# grey band is [1−ε, 1+ε]. On the unclipped branch J and its gradient are the same number ρA (because
-# ∂ρ/∂log π = ρ), so the dashed line lies on the solid one; they part where the flat piece takes over
-# (J constant, gradient 0). Each redraw is 4 × 111 autograd calls on one token.
+# **Slider.** Clip radius ε and advantage size |A|; solid lines are J(ρ), dashed lines ∂J/∂log π, both
+# in units of |A|; the grey band is [1−ε, 1+ε]. On the unclipped branch J and its gradient are the same
+# number ρA (because ∂ρ/∂log π = ρ), so the dashed line lies on the solid one; they part where the flat
+# piece takes over (J constant, gradient 0). In these units the fixed twin's picture does not change
+# when |A| moves; B4's does. Each position costs two batched calls of each twin's `grpo_loss` over 111
+# ratios (cached).
 
 # %%
 RATIO_GRID = [0.25 + 0.025 * i for i in range(111)]  # 0.25 .. 3.0
 
 
-def draw_clipping(clip, adv_size):
-    fig, axes = buggy_vs_fixed(f"J (solid) and dJ/dlog pi (dashed); clip {clip:.2f}, |A| {adv_size:.2f}",
-                               figsize=(9.0, 3.4))
+@functools.cache
+def clipping_curves(twin: str, adv: float, clip: float):
+    """J and dJ/dlog pi of TWINS[twin].grpo_loss over RATIO_GRID. -> (list, list)"""
+    return nb04.surrogate_curves(TWINS[twin].grpo_loss, RATIO_GRID, adv, clip)
+
+
+fig_clip, axes_clip = buggy_vs_fixed(figsize=(9.0, 3.4))
+title_clip = fig_clip.suptitle(" ")
+clip_artists = {}  # twin -> (band, {(sign, "J" | "dJ"): line})
+for ax, name in zip(axes_clip, TWINS, strict=True):
+    band = ax.axvspan(0.8, 1.2, color="0.92")
+    lines = {}
+    for sign, color in ((+1, POS), (-1, NEG)):
+        (lines[sign, "J"],) = ax.plot(RATIO_GRID, RATIO_GRID, color=color, label=f"A {'>' if sign > 0 else '<'} 0")
+        (lines[sign, "dJ"],) = ax.plot(RATIO_GRID, RATIO_GRID, color=color, ls="--")
+    zero_line = ax.axhline(0, color="0.6", lw=0.8)
+    ax.set(xlabel="ratio rho", ylim=(-3.2, 3.2))  # |J| / |A| <= rho <= 3 for both twins: fixed limits
+    animated(band, zero_line, list(lines.values()), ax.legend(fontsize="small", loc="lower left"))  # blitted
+    clip_artists[name] = (band, lines)
+axes_clip[0].set_ylabel("in units of |A|")
+animated(title_clip)
+
+
+def update_clipping(clip, adv_size):
+    """Redraw J / |A| and (dJ/dlog pi) / |A| for A = +-adv_size; -> {'fixed A>0': (first, last) ratios of
+    the grid where the gradient is zero, or None}."""
     zeros = {}
-    for ax, (name, twin) in zip(axes, TWINS.items(), strict=True):
-        ax.axvspan(1 - clip, 1 + clip, color="0.92")
-        for adv, color in ((adv_size, POS), (-adv_size, NEG)):
-            J, dJ = nb04.surrogate_curves(twin.grpo_loss, RATIO_GRID, adv, clip)
-            ax.plot(RATIO_GRID, J, color=color, label=f"A = {adv:+.2f}")
-            ax.plot(RATIO_GRID, dJ, color=color, ls="--")
-            zeros[f"{name} A{'>' if adv > 0 else '<'}0"] = nb04.zero_grad_interval(RATIO_GRID, dJ)
-        ax.axhline(0, color="0.6", lw=0.8)
-        ax.set_xlabel("ratio rho")
-        ax.legend(fontsize="small")
-    plt.show()
+    for name, (band, lines) in clip_artists.items():
+        band.set_x(1 - clip)
+        band.set_width(2 * clip)
+        for sign in (+1, -1):
+            J, dJ = clipping_curves(name, sign * adv_size, clip)
+            lines[sign, "J"].set_ydata([j / adv_size for j in J])
+            lines[sign, "dJ"].set_ydata([g / adv_size for g in dJ])
+            zeros[f"{name} A{'>' if sign > 0 else '<'}0"] = nb04.zero_grad_interval(RATIO_GRID, dJ)
+    title_clip.set_text(f"J (solid) and dJ/dlog pi (dashed) in units of |A|; clip {clip:.2f}, |A| {adv_size:.2f}")
     return zeros
 
 
@@ -146,16 +202,22 @@ def show_zeros(zeros):
         print(f"{key:9s} gradient zero for {where}")
 
 
+w_clip = live_plot(fig_clip, update_clipping, clip=slider(0.2, 0.05, 0.5, 0.05, "clip"),
+                   adv_size=slider(1.5, 0.25, 3.0, 0.25, "|A|"))
+
 # %%
 # NBVAL_IGNORE_OUTPUT
-w_clip = live_figure(draw_clipping, height="400px",
-                     clip=slider(0.2, 0.05, 0.5, 0.05, "clip"), adv_size=slider(1.5, 0.25, 3.0, 0.25, "|A|"))
 display(w_clip)
 
 # %%
-show_zeros(set_value(w_clip, "clip", 0.3))  # wider window
-show_zeros(set_value(w_clip, "|A|", 0.5))  # small advantage: buggy A>0 now clips late
-plt.close("all")
+wide = timed_set(w_clip, "clipping", "clip", 0.3)  # wider window
+show_zeros(wide)
+small = timed_set(w_clip, "clipping", "|A|", 0.5)  # small advantage: buggy A>0 now clips late
+show_zeros(small)
+for zeros in (wide, small):
+    assert 1.3 < zeros["fixed A>0"][0] <= 1.3 + 0.025 and 0.7 - 0.025 <= zeros["fixed A<0"][1] < 0.7  # whatever |A|
+    assert zeros["buggy A<0"] is None
+assert 1.3 / 1.5 <= wide["buggy A>0"][0] < 1.3 / 1.5 + 0.025 and 1.3 / 0.5 <= small["buggy A>0"][0] < 2.6 + 0.05
 
 # %% [markdown]
 # With ε = 0.3 the fixed twin's zero-gradient sets are ρ > 1.3 (A > 0) and ρ < 0.7 (A < 0),
@@ -171,7 +233,7 @@ plt.close("all")
 # > - The window does **not** bound ρ itself: it only removes this token's incentive to go further,
 # >   while updates driven by other tokens (shared parameters) can still move it. And for A < 0 with
 # >   ρ > 1+ε the gradient ρA grows without limit (−4.5 at ρ = 3 above). "Dual-clip" PPO caps that
-# >   branch; here gradient clipping (section 4) is the backstop.
+# >   branch; here gradient clipping (notebook 04 §4) is the backstop.
 # > - B4 signature: with |A| > 1+ε, a good token's gradient is zero at ρ = 1 (no learning from the
 # >   strongest signals); bad tokens are never clipped.
 #
@@ -186,7 +248,7 @@ plt.close("all")
 # %% [markdown]
 # ## 2. The KL penalty to a frozen reference
 #
-# ### 2a. Three estimators of KL(π ‖ π_ref) from samples
+# ### 2.1 Three estimators of KL(π ‖ π_ref) from samples
 #
 # **Question.** The trainer cannot sum over the vocabulary for every position of every sequence, so it
 # estimates KL(π ‖ π_ref) = E_{x∼π}[log π(x) − log π_ref(x)] from the sampled tokens. Which
@@ -201,6 +263,20 @@ plt.close("all")
 # | k3 | r − 1 − log r | KL (unbiased, because E[r] = 1) | ≥ 0 (since log r ≤ r − 1) |
 # | B8: k3 reversed | 1/r − 1 + log r | χ²(π ‖ π_ref) − KL (biased) | ≥ 0 |
 #
+# The four, per sample:
+
+# %%
+def kl_estimator_samples(logp, logq, n: int, generator):
+    """Per-sample estimates of KL(p || q) from x ~ p, with log r = log q(x) - log p(x):
+    k1 = -log r,  k2 = (log r)^2 / 2,  k3 = r - 1 - log r,  and B8's k3 with the log-ratio reversed,
+    1/r - 1 + log r (its mean is chi^2(p || q) - KL(p || q)). logp, logq: (V,) -> tokens (n,), {name: (n,)}"""
+    tokens = torch.multinomial(logp.exp(), n, replacement=True, generator=generator)  # (n,)
+    log_r = logq[tokens] - logp[tokens]  # (n,)
+    return tokens, {"k1": -log_r, "k2": 0.5 * log_r**2, "k3": log_r.exp() - 1 - log_r,
+                    "k3 reversed (B8)": (-log_r).exp() - 1 + log_r}
+
+
+# %% [markdown]
 # **Tiny input.** A 5-token vocabulary, one reference and four policies you can read: a small
 # perturbation ("near"), the uniform distribution, a policy that learned to put 0.9 on the
 # reference's *rarest* token ("learned"), and one that collapsed onto the reference's top token. The
@@ -215,14 +291,21 @@ PAIRS = {  # name -> (V,) log pi
     "collapsed": torch.tensor([0.96, 0.01, 0.01, 0.01, 0.01]).log(),
 }
 N_SAMPLES = 2000
+table = {}  # (pair, estimator) -> (mean, std, bias, fraction < 0)
 print(f"{'pair':9s} {'KL exact':>8} | {'estimator':16s} {'mean':>8} {'std':>8} {'bias':>8} {'P(<0)':>6}")
 for name, logp in PAIRS.items():
     kl = nb04.kl_exact(logp, REF)
-    _, estimates = nb04.kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
+    _, estimates = kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
     for est_name, values in estimates.items():
         mean, std = values.mean().item(), values.std().item()
-        frac_neg = (values < 0).double().mean().item()
-        print(f"{name:9s} {kl:8.4f} | {est_name:16s} {mean:8.4f} {std:8.4f} {mean - kl:+8.4f} {frac_neg:6.3f}")
+        table[name, est_name] = (mean, std, mean - kl, (values < 0).double().mean().item())
+        print(f"{name:9s} {kl:8.4f} | {est_name:16s} {mean:8.4f} {std:8.4f} {mean - kl:+8.4f} "
+              f"{table[name, est_name][3]:6.3f}")
+assert table["near", "k1"][3] > 0.35 and table["uniform", "k1"][3] > 0.35  # k1 < 0 on over a third
+assert all(table[p, e][3] == 0 for p in PAIRS for e in ("k2", "k3", "k3 reversed (B8)"))
+assert table["near", "k1"][1] > 80 * table["near", "k3"][1]  # k3 far less noisy near the reference
+assert table["learned", "k3"][1] > table["learned", "k1"][1]  # ... but heavy-tailed far from it
+assert table["learned", "k2"][2] > 1.5 and table["learned", "k3 reversed (B8)"][2] > 10  # biased
 
 # %% [markdown]
 # The standard error of each mean is std/√2000 = std/44.7, so a bias much larger than that is real.
@@ -245,12 +328,14 @@ for name, logp in PAIRS.items():
 
 # %%
 for name, logp in PAIRS.items():
-    tokens, estimates = nb04.kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
+    tokens, estimates = kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
     args = (logp[tokens][None], REF[tokens][None], torch.ones(1, N_SAMPLES, dtype=torch.bool))  # (1, S) each
     fixed, buggy = grpo_fixed.kl_to_reference(*args).item(), grpo_buggy.kl_to_reference(*args).item()
     print(f"{name:9s} fixed {fixed:8.4f} (k3 {estimates['k3'].mean().item():8.4f})   buggy {buggy:8.4f} "
           f"(reversed {estimates['k3 reversed (B8)'].mean().item():8.4f}; exact chi2 - KL "
           f"{nb04.chi2(logp, REF) - nb04.kl_exact(logp, REF):8.4f})")
+    assert math.isclose(fixed, estimates["k3"].mean().item(), rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(buggy, estimates["k3 reversed (B8)"].mean().item(), rel_tol=1e-5, abs_tol=1e-7)
 
 # %% [markdown]
 # Along a path from the reference to the "learned" policy (geometric interpolation
@@ -261,7 +346,7 @@ path = [i / 10 for i in range(11)]
 exact, estimate = [], {"buggy": [], "fixed": []}
 for t in path:
     logp = torch.log_softmax((1 - t) * REF + t * PAIRS["learned"], -1)  # (V,)
-    tokens, _ = nb04.kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
+    tokens, _ = kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
     args = (logp[tokens][None], REF[tokens][None], torch.ones(1, N_SAMPLES, dtype=torch.bool))
     exact.append(nb04.kl_exact(logp, REF))
     for name, twin in TWINS.items():
@@ -276,7 +361,7 @@ plt.show()
 print(f"t = 1.0: exact {exact[-1]:.4f}  buggy {estimate['buggy'][-1]:.4f}  fixed {estimate['fixed'][-1]:.4f}")
 
 # %% [markdown]
-# ### 2b. Why k3, and one caveat about its gradient
+# ### 2.2 Why k3, and one caveat about its gradient
 #
 # k3 wins on value: unbiased, never negative, and low variance where the trainer lives (π close to
 # π_ref). But the trainer *differentiates* the estimate, with the sampled tokens held fixed. The
@@ -286,11 +371,15 @@ print(f"t = 1.0: exact {exact[-1]:.4f}  buggy {estimate['buggy'][-1]:.4f}  fixed
 # %%
 print(f"{'pair':9s} {'|E grad k1|':>11} {'|E grad k2 - grad KL(pi||ref)|':>31} "
       f"{'|E grad k3 - grad KL(ref||pi)|':>31} {'|grad KL(pi||ref)|':>19} {'|difference|':>13}")
+gaps = {}
 for name, logp in PAIRS.items():
     g = nb04.pathwise_kl_grads(logp, REF)
+    gaps[name] = (g["grad KL(pi||ref)"] - g["grad KL(ref||pi)"]).norm().item(), g["grad KL(pi||ref)"].norm().item()
     print(f"{name:9s} {g['E[grad k1]'].norm():11.2e} {(g['E[grad k2]'] - g['grad KL(pi||ref)']).norm():31.2e} "
-          f"{(g['E[grad k3]'] - g['grad KL(ref||pi)']).norm():31.2e} {g['grad KL(pi||ref)'].norm():19.4f} "
-          f"{(g['grad KL(pi||ref)'] - g['grad KL(ref||pi)']).norm():13.4f}")
+          f"{(g['E[grad k3]'] - g['grad KL(ref||pi)']).norm():31.2e} {gaps[name][1]:19.4f} {gaps[name][0]:13.4f}")
+    assert max(g["E[grad k1]"].norm(), (g["E[grad k2]"] - g["grad KL(pi||ref)"]).norm(),
+               (g["E[grad k3]"] - g["grad KL(ref||pi)"]).norm()) < 1e-6  # float32 rounding only
+assert gaps["near"][0] < 0.01 * gaps["near"][1] and gaps["learned"][0] > gaps["learned"][1]
 
 # %% [markdown]
 # Used as a loss on samples, k1 has zero expected gradient (E_π[∇log π] = 0; values of 1e-9 to 1e-7 are
@@ -316,7 +405,7 @@ for name, logp in PAIRS.items():
 # </details>
 
 # %% [markdown]
-# ### 2c. What β buys and what it costs
+# ### 2.3 What β buys and what it costs
 #
 # **Question.** The loss is −J + β·KL. What happens to reward and KL as β grows?
 #
@@ -328,45 +417,57 @@ for name, logp in PAIRS.items():
 # %%
 BETAS = {"0": 0.0, "0.02": 0.02, "0.1": 0.1, "0.5": 0.5}
 beta_runs = {label: nb04.instrumented_run(beta=beta, **SHORT) for label, beta in BETAS.items()}
+beta_reward = {label: nb04.tail_mean(run["clean_reward"]) for label, run in beta_runs.items()}
+beta_kl = {label: nb04.tail_mean(run["exact_kl"]) for label, run in beta_runs.items()}
 print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL (last 10)':>18} {'entropy (last)':>14}")
 for label, run in beta_runs.items():
-    print(f"{label:>5} | {nb04.tail_mean(run['clean_reward']):16.3f} {nb04.tail_mean(run['exact_kl']):18.3f} "
-          f"{run['history'][-1]['entropy']:14.3f}")
-
+    print(f"{label:>5} | {beta_reward[label]:16.3f} {beta_kl[label]:18.3f} {run['history'][-1]['entropy']:14.3f}")
+cost = [beta_reward[label] - beta_reward["0.5"] for label in ("0", "0.02")]
+print(f"beta = 0.5 costs {min(cost):.3f} to {max(cost):.3f} reward against beta <= 0.02")
+assert list(beta_kl.values()) == sorted(beta_kl.values(), reverse=True)  # more beta, less drift
+assert beta_reward["0.5"] < min(beta_reward[label] for label in ("0", "0.02", "0.1")) - 0.2
 
 # %%
-def draw_beta(beta):
-    fig, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
-    for label, run in beta_runs.items():
-        style = dict(color=FIXED, lw=2.2) if label == beta else dict(color="0.75", lw=1)
-        ax_r.plot(run["clean_reward"], **style)
-        ax_k.plot(run["exact_kl"], label=f"beta {label}", **style)
-    ax_r.set(xlabel="iteration", ylabel="reward", title=f"reward, beta = {beta}")
-    ax_k.set(xlabel="iteration", ylabel="exact KL(pi || pi_ref) per token", title="KL to the reference")
-    ax_k.legend(fontsize="small")
-    plt.show()
-    run = beta_runs[beta]
-    return nb04.tail_mean(run["clean_reward"]), nb04.tail_mean(run["exact_kl"])
+fig_beta, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
+BETA_COLORS = dict(zip(BETAS, ("tab:orange", FIXED, "tab:green", "tab:purple"), strict=True))
+beta_lines = {label: (ax_r.plot(run["clean_reward"], color=BETA_COLORS[label])[0],
+                      ax_k.plot(run["exact_kl"], color=BETA_COLORS[label], label=f"beta {label}")[0])
+              for label, run in beta_runs.items()}
+ax_r.set(xlabel="iteration", ylabel="reward", ylim=(0, 1))
+title_beta = ax_r.set_title(" ")
+ax_k.set(xlabel="iteration", ylabel="exact KL(pi || pi_ref) per token", title="KL to the reference",
+         ylim=(0, 1.1 * max(max(run["exact_kl"]) for run in beta_runs.values())))
+animated(list(beta_lines.values()), title_beta, ax_k.legend(fontsize="small"))
 
+
+def update_beta(beta):
+    """Highlight the run of `beta` (a label of BETAS); -> its reward and exact KL over the last 10 iterations."""
+    for label, lines in beta_lines.items():
+        for line in lines:
+            line.set(lw=2.4 if label == beta else 1.0, alpha=1.0 if label == beta else 0.35)
+    title_beta.set_text(f"reward, beta = {beta}")
+    return beta_reward[beta], beta_kl[beta]
+
+
+w_beta = live_plot(fig_beta, update_beta, beta=nb04.choice(BETAS, "0.1", "beta"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-w_beta = live_figure(draw_beta, beta=nb04.choice({k: k for k in BETAS}, "0.1", "beta"))
 display(w_beta)
 
 # %%
 for label in ("0.5", "0"):
-    reward, kl = set_value(w_beta, "beta", label)
+    reward, kl = timed_set(w_beta, "beta", "beta", label)
     print(f"beta {label:>4}: reward {reward:.3f}  exact KL {kl:.3f}")
-plt.close("all")
+    assert (reward, kl) == (beta_reward[label], beta_kl[label])
 
 # %% [markdown]
 # β = 0.5 holds the policy to an exact KL of 0.294 nats per token and pays for it: reward 0.368 against
-# 0.610 to 0.679 for the small βs. β = 0.1 cuts the KL from 1.408 (β = 0) to 0.987 at a similar reward.
-# Between 0 and 0.02 (reward 0.610 vs 0.679, KL 1.408 vs 1.263) this is one seed of 30 iterations: do
+# 0.610 to 0.686 for β ≤ 0.02. β = 0.1 cuts the KL from 1.408 (β = 0) to 0.987 at a similar reward.
+# Between 0 and 0.02 (reward 0.610 vs 0.686, KL 1.408 vs 1.323) this is one seed of 30 iterations: do
 # not read much into it. On this easy task the penalty's job is to limit drift, not to help the reward.
 #
-# ### 2d. A flipped sign
+# ### 2.4 A flipped sign
 #
 # `loss = pg_loss - beta * kl` (or a k1 penalty written as log π_ref − log π) turns the
 # anchor into a repeller: the policy is *rewarded* for moving away from the reference. The tiny local
@@ -374,12 +475,13 @@ plt.close("all")
 
 # %%
 flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"], "-0.1": nb04.instrumented_run(beta=-0.1, **SHORT)}
+warnings_per_run = {label: sum(bool(s["health"]) for s in run["history"]) for label, run in flip_runs.items()}
 print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL at it 9':>16} {'exact KL (last 10)':>18} "
       f"{'entropy (last)':>14} {'health warnings':>15}")
 for label, run in flip_runs.items():
-    warnings = sum(bool(s["health"]) for s in run["history"])  # iterations with a failed health check
     print(f"{label:>5} | {nb04.tail_mean(run['clean_reward']):16.3f} {run['exact_kl'][9]:16.3f} "
-          f"{nb04.tail_mean(run['exact_kl']):18.3f} {run['history'][-1]['entropy']:14.3f} {warnings:15d}")
+          f"{nb04.tail_mean(run['exact_kl']):18.3f} {run['history'][-1]['entropy']:14.3f} "
+          f"{warnings_per_run[label]:15d}")
 fig, (ax_k, ax_e) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
 for (label, run), color in zip(flip_runs.items(), (FIXED, REFERENCE, BUGGY), strict=True):
     ax_k.plot(run["exact_kl"], color=color, label=f"beta {label}")
@@ -388,17 +490,21 @@ ax_k.set(xlabel="iteration", ylabel="exact KL(pi || pi_ref)", title="KL runs awa
 ax_e.set(xlabel="iteration", ylabel="sampling entropy (nats)", title="entropy collapses")
 ax_k.legend(fontsize="small")
 plt.show()
+flipped, free = flip_runs["-0.1"], flip_runs["0"]
+assert flipped["exact_kl"][9] > 1.3 * free["exact_kl"][9]  # faster than with no penalty at all
+assert flipped["history"][-1]["entropy"] < 0.2 * free["history"][-1]["entropy"]
+assert nb04.tail_mean(flipped["clean_reward"]) < nb04.tail_mean(free["clean_reward"]) - 0.1
+assert warnings_per_run["-0.1"] == 0  # no health check fires
 
 # %% [markdown]
 # With the sign flipped the KL climbs faster than with no penalty at all (1.369 vs 0.910 nats at
 # iteration 9), the sampling entropy collapses to 0.047 and the reward ends at 0.435 instead of 0.610:
 # the policy becomes confidently different from the reference rather than good. The KL levels off
 # near 1.7; it could not grow without bound anyway, since KL(π ‖ π_ref) ≤ max_x log(1/π_ref(x)) at each
-# position, and the vocabulary has 6 tokens. No health
-# check fires (the last column): the KL *is* positive, just growing for the wrong reason. The
-# signature is KL rising faster than in a β = 0 run.
+# position, and the vocabulary has 6 tokens. No health check fires (the last column): the KL *is*
+# positive, just growing for the wrong reason. The signature is KL rising faster than in a β = 0 run.
 #
-# ### 2e. Why the reference, and not the old policy
+# ### 2.5 Why the reference, and not the old policy
 #
 # **Question.** PPO already keeps π close to π_old through the ratio. Why not penalise KL(π ‖ π_old)?
 #
@@ -411,10 +517,10 @@ run = beta_runs["0.02"]
 kl_old = [step["kl_old"] for it in run["inner"] for step in it]  # (iterations * inner steps,)
 kl_ref = [step["kl_ref"] for it in run["inner"] for step in it]
 first_step_old = [it[0]["kl_old"] for it in run["inner"]]
+last_step_old = sum(it[-1]["kl_old"] for it in run["inner"]) / len(run["inner"])
 print(f"inner steps per iteration: {len(run['inner'][0])}, iterations: {len(run['inner'])}")
 print(f"KL to pi_old at the first inner step, max over iterations: {max(first_step_old):.6f}")
-print(f"KL to pi_old at the last inner step, mean over iterations: "
-      f"{sum(it[-1]['kl_old'] for it in run['inner']) / len(run['inner']):.4f}")
+print(f"KL to pi_old at the last inner step, mean over iterations: {last_step_old:.4f}")
 print("KL to pi_ref at iterations 0, 10, 20, 29: "
       + "  ".join(f"{run['inner'][i][0]['kl_ref']:.4f}" for i in (0, 10, 20, 29)))
 fig, ax = plt.subplots(figsize=(9.0, 3.0), layout="constrained")
@@ -423,11 +529,12 @@ ax.plot(kl_old, color=BUGGY, label="k3 to pi_old (reset every rollout)")
 ax.set(xlabel="inner step (4 per iteration)", ylabel="KL estimate per token")
 ax.legend(fontsize="small")
 plt.show()
+assert max(first_step_old) == 0.0 and last_step_old < 0.1 < run["inner"][10][0]["kl_ref"]
 
 # %% [markdown]
 # KL(π ‖ π_old) is exactly 0 at the first inner step of every iteration (π *is* π_old there) and
-# averages 0.0353 at the last inner step before it is reset, while KL(π ‖ π_ref) accumulates the drift
-# of all iterations: 0.0000 at the first step, 0.6815 by iteration 10, 0.8753 by iteration 29 (the
+# averages 0.0472 at the last inner step before it is reset, while KL(π ‖ π_ref) accumulates the drift
+# of all iterations: 0.0000 at the first step, 0.6815 by iteration 10, 0.9252 by iteration 29 (the
 # trace is noisy: it is k3 on one minibatch). A penalty on KL to π_old would also have zero
 # *gradient* at the first inner step (k3's gradient is 1 − r = 0 at r = 1), and it can never see the
 # sum of many small, individually acceptable steps. That accumulated drift, away from the model you
@@ -435,7 +542,7 @@ plt.show()
 #
 # > **You should know.**
 # > - β trades reward for staying close: here β = 0.5 capped exact KL at 0.294 nats/token and cost
-# >   0.24 to 0.31 reward against β ≤ 0.02 in 30 iterations.
+# >   0.24 to 0.32 reward against β ≤ 0.02 in 30 iterations.
 # > - A flipped sign does not crash anything: KL rises faster than with no penalty, entropy collapses,
 # >   reward falls. Compare against a β = 0 run to see it.
 # > - The ratio clip bounds one iteration's step against π_old; the KL anchor bounds the total drift
@@ -452,21 +559,38 @@ plt.show()
 # %% [markdown]
 # ## 3. Reward normalisation
 #
-# ### 3a. The step size follows the reward's units unless you divide by the std
+# ### 3.1 The step size follows the reward's units unless you divide by the std
 #
 # **Question.** Multiply every reward by s. What happens to the update?
 #
 # **Key equation.** Without normalisation A_i = r_i − mean(r) scales with s, and so does the policy
 # gradient: ∇(−J) ∝ s. With A_i = (r_i − mean r)/(std r + ε) the factor s cancels (as long as
-# s·std ≫ ε). Measured on one rollout batch (8 prompts × 8 samples, fresh policy): the norm of the
+# s·std ≫ ε). The advantage without the std, as a drop-in for `group_advantage`:
+
+# %%
+def centred_advantage(rewards, eps: float = 1e-8):
+    """No advantage normalisation: A_i = r_i - mean(r), the group baseline only (eps unused).
+    rewards: one group's G numbers -> (G,) float64"""
+    r = torch.as_tensor(rewards, dtype=torch.float64)  # (G,)
+    return r - r.mean()
+
+
+print("rewards [0, 1, 1, 0] x s: centred " + ", ".join(
+    f"s = {s:g}: {centred_advantage([0.0, s, s, 0.0]).tolist()}" for s in (1.0, 100.0)))
+print(f"                       normalised s = 100: {grpo_fixed.group_advantage([0.0, 100.0, 100.0, 0.0]).tolist()}")
+
+# %% [markdown]
+# Measured on one rollout batch (8 prompts × 8 samples, fresh policy from `setup_run`): the norm of the
 # gradient of the clipped surrogate.
 
 # %%
 print(f"{'scale s':>8} | {'grad norm, A = r - mean':>23} {'grad norm, normalised':>21}")
+grad_norms = {}
 for scale in (0.01, 1.0, 100.0):
-    raw = nb04.pg_grad_norm(nb04.centred_advantage, scale)
-    normalised = nb04.pg_grad_norm(grpo_fixed.group_advantage, scale)
-    print(f"{scale:8.2f} | {raw:23.4e} {normalised:21.4e}")
+    grad_norms[scale] = tuple(nb04.pg_grad_norm(fn, scale) for fn in (centred_advantage, grpo_fixed.group_advantage))
+    print(f"{scale:8.2f} | {grad_norms[scale][0]:23.4e} {grad_norms[scale][1]:21.4e}")
+assert math.isclose(grad_norms[100.0][0], 1e4 * grad_norms[0.01][0], rel_tol=1e-4)  # proportional to s
+assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # s cancels
 
 # %% [markdown]
 # With plain SGD that would be the step: 100× the rewards, 100× the step. The twins use **Adam**, which
@@ -474,77 +598,93 @@ for scale in (0.01, 1.0, 100.0):
 # Adam does *not* cancel is the balance inside the loss: −J scales with s, β·KL does not, so without
 # normalisation the effective penalty weight is β/s (in normalised-advantage units, β/(s·std r)).
 #
-# Six short runs (β = 0.02) with rewards scaled by s ∈ {0.01, 1, 100}, with and without normalisation,
-# computed once; the slider picks s. The reward plotted is the clean echo reward (before scaling).
+# Five short runs (β = 0.02) with rewards scaled by s ∈ {0.01, 1, 100}, with and without normalisation
+# (the normalised s = 1 run is the β = 0.02 run of notebook 04 §2), computed once; the slider picks s.
+# The reward plotted is the clean echo reward (before scaling).
 
 # %%
 SCALES = {"0.01": 0.01, "1": 1.0, "100": 100.0}
-scale_runs = {(label, norm): nb04.instrumented_run(reward_scale=s, normalise=norm, beta=0.02, **SHORT)
+NORMALISATION = {False: centred_advantage, True: None}  # None: the twin's own group_advantage
+scale_runs = {(label, norm): nb04.instrumented_run(advantage_fn=NORMALISATION[norm], reward_scale=s, beta=0.02,
+                                                   **SHORT)
               for label, s in SCALES.items() for norm in (False, True)}
+scale_reward = {key: nb04.tail_mean(run["clean_reward"]) for key, run in scale_runs.items()}
+scale_kl = {key: nb04.tail_mean(run["exact_kl"]) for key, run in scale_runs.items()}
 print(f"{'scale':>6} {'normalised':>10} | {'reward (last 10)':>16} {'exact KL (last 10)':>18} {'max grad norm':>13}")
 for (label, norm), run in scale_runs.items():
-    print(f"{label:>6} {norm!s:>10} | {nb04.tail_mean(run['clean_reward']):16.3f} "
-          f"{nb04.tail_mean(run['exact_kl']):18.3f} {max(s['grad_norm'] for s in run['history']):13.3f}")
-
+    print(f"{label:>6} {norm!s:>10} | {scale_reward[label, norm]:16.3f} {scale_kl[label, norm]:18.3f} "
+          f"{max(s['grad_norm'] for s in run['history']):13.3f}")
+assert scale_runs["1", True] is beta_runs["0.02"]  # the same cached run
+assert scale_kl["0.01", False] < 0.01 and scale_reward["0.01", False] < 0.2  # beta / s = 2 pins it
+assert abs(scale_kl["100", False] - beta_kl["0"]) < 0.05  # beta / s = 0.0002: behaves like beta = 0
+assert all(scale_runs[label, True]["clean_reward"] == scale_runs["1", True]["clean_reward"] for label in SCALES)
 
 # %%
-def draw_scale(scale):
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.2), sharey=True, layout="constrained")
-    for ax, norm in zip(axes, (False, True), strict=True):
-        ref_run, run = scale_runs[("1", norm)], scale_runs[(scale, norm)]
-        ax.plot(ref_run["clean_reward"], color="0.75", label="reward, s = 1")
-        ax.plot(run["clean_reward"], color=FIXED if norm else BUGGY, lw=2, label=f"reward, s = {scale}")
-        ax.plot(run["exact_kl"], color=FIXED if norm else BUGGY, ls="--", label="exact KL")
-        ax.set(xlabel="iteration", title="normalised A (fixed)" if norm else "A = r - mean (no std)")
-        ax.legend(fontsize="small")
-    axes[0].set_ylabel("reward / KL (nats)")
-    plt.show()
-    return {norm: nb04.tail_mean(scale_runs[(scale, norm)]["clean_reward"]) for norm in (False, True)}
+fig_scale, axes_scale = plt.subplots(1, 2, figsize=(9.0, 3.2), sharey=True, layout="constrained")
+title_scale = fig_scale.suptitle(" ")
+scale_lines = {}  # normalised -> (reward line, KL line) of the selected scale
+for ax, norm in zip(axes_scale, (False, True), strict=True):
+    color = FIXED if norm else BUGGY
+    ax.plot(scale_runs["1", norm]["clean_reward"], color="0.75", label="reward, s = 1")
+    (reward_line,) = ax.plot(scale_runs["1", norm]["clean_reward"], color=color, lw=2, label="reward, selected s")
+    (kl_line,) = ax.plot(scale_runs["1", norm]["exact_kl"], color=color, ls="--", label="exact KL, selected s")
+    animated(reward_line, kl_line, ax.legend(fontsize="small", loc="upper left"))
+    scale_lines[norm] = (reward_line, kl_line)
+    ax.set(xlabel="iteration", title="normalised A (fixed)" if norm else "A = r - mean (no std)", ylim=(0, 1.6))
+axes_scale[0].set_ylabel("reward / KL (nats)")
+animated(title_scale)
 
+
+def update_scale(scale):
+    """Show the runs with rewards x `scale` (a label of SCALES); -> {normalised: reward over the last 10}."""
+    for norm, (reward_line, kl_line) in scale_lines.items():
+        reward_line.set_ydata(scale_runs[scale, norm]["clean_reward"])
+        kl_line.set_ydata(scale_runs[scale, norm]["exact_kl"])
+    title_scale.set_text(f"rewards multiplied by s = {scale}")
+    return {norm: scale_reward[scale, norm] for norm in (False, True)}
+
+
+w_scale = live_plot(fig_scale, update_scale, scale=nb04.choice(SCALES, "0.01", "reward scale"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-w_scale = live_figure(draw_scale, scale=nb04.choice({k: k for k in SCALES}, "0.01", "reward scale"))
 display(w_scale)
 
 # %%
 for label in ("100", "1"):
-    rewards = set_value(w_scale, "reward scale", label)
+    rewards = timed_set(w_scale, "reward scale", "reward scale", label)
     print(f"s = {label:>4}: reward without normalisation {rewards[False]:.3f}, with {rewards[True]:.3f}")
-plt.close("all")
+    assert rewards == {norm: scale_reward[label, norm] for norm in (False, True)}
 
 # %% [markdown]
-# With normalisation the three runs end close together: s = 0.01 and s = 100 coincide to three decimals
-# (0.686, exact KL 1.323) and s = 1 ends at 0.679 (exact KL 1.263). The normalised advantages are the
-# same up to ε and float rounding (the normalised gradient norms above agree to five digits), but a
-# last-digit difference can flip one sampled token, after which the runs are two different random draws:
-# a seed-level spread, not an effect of the units. Without normalisation, s = 0.01 never leaves the
-# starting reward (0.142, exact KL 0.002: the effective β is 0.02/0.01 = 2, a hundred times that of the s = 1
+# With normalisation the three runs end together (reward 0.686, exact KL 1.323): the normalised
+# advantages are the same for every s up to ε and float rounding, so the gradient norms above agree to
+# five digits. (A last-digit difference could flip one sampled token, after which two runs become two
+# different random draws; here none did.) Without normalisation, s = 0.01 never leaves the starting
+# reward (0.142, exact KL 0.002: the effective β is 0.02/0.01 = 2, a hundred times that of the s = 1
 # run, and it pins the policy to the reference harder than β = 0.5 did), and s = 100 behaves like
-# β ≈ 0 (exact KL 1.382, close to the β = 0 run's 1.408). Normalisation also bounds the advantages:
-# in a group of G the largest possible |A_i| is √(G−1) (one success among G−1 failures), 2.6458 for
-# G = 8:
-
-# %%
-print(f"max |A| for one success in a group of 8: {grpo_fixed.group_advantage([1.0] + [0.0] * 7).abs().max():.4f}")
-
-# %% [markdown]
-# ### 3b. B2 at tiny reward scales (the eps)
+# β ≈ 0 (exact KL 1.382, close to the β = 0 run's 1.408).
+#
+# ### 3.2 B2 at tiny reward scales (the eps)
 #
 # **Question.** What does `group_advantage` do as the reward scale s → 0? The group is s·[0, 0, 1, 1];
 # the ideal answer is A = [−1, −1, +1, +1] at any scale, and A = 0 for a constant group.
 
 # %%
 print(f"{'scale s':>9} | {'buggy A_4':>12} {'fixed A_4':>12}")
+a4 = {}
 for scale in (1e2, 1.0, 1e-8, 1e-12, 1e-100, 1e-170, 1e200, 1e308):
     group = [0.0, 0.0, scale, scale]
-    print(f"{scale:9.0e} | {grpo_buggy.group_advantage(group)[3].item():12.4e} "
-          f"{grpo_fixed.group_advantage(group)[3].item():12.4e}")
+    a4[scale] = grpo_buggy.group_advantage(group)[3].item(), grpo_fixed.group_advantage(group)[3].item()
+    print(f"{scale:9.0e} | {a4[scale][0]:12.4e} {a4[scale][1]:12.4e}")
 print(f"constant group [1, 1, 1]: buggy {grpo_buggy.group_advantage([1.0, 1.0, 1.0]).tolist()}, "
       f"fixed {grpo_fixed.group_advantage([1.0, 1.0, 1.0]).tolist()}")
 rounding = [0.3, 0.1 + 0.2, 0.3, 0.3]  # 0.1 + 0.2 = 0.30000000000000004
 print("rewards [0.3, 0.1 + 0.2, 0.3, 0.3]: buggy " + " ".join(f"{a:+.4f}" for a in grpo_buggy.group_advantage(rounding))
       + " | fixed " + " ".join(f"{a:+.2e}" for a in grpo_fixed.group_advantage(rounding)))
+assert a4[1e-170][0] == math.inf and a4[1e200][0] == 0 and math.isnan(a4[1e308][0])
+assert all(math.isfinite(fixed) for _, fixed in a4.values()) and f"{a4[1e-8][1]:.4f}" == "0.3333"
+assert grpo_buggy.group_advantage(rounding).abs().max() > 1 > 1e-8 > grpo_fixed.group_advantage(rounding).abs().max()
 
 # %% [markdown]
 # Two lessons. First, the buggy `(r − mean)/std` is *too* scale-invariant: it turns any difference
@@ -554,7 +694,7 @@ print("rewards [0.3, 0.1 + 0.2, 0.3, 0.3]: buggy " + " ".join(f"{a:+.4f}" for a 
 # underflow (s = 1e-170), 0 once they overflow (s = 1e200: std = inf), NaN when the mean overflows
 # (s = 1e308) and for a constant group (0/0). Second, the fixed twin's ε is a deliberate floor: reward
 # differences well below ε = 1e-8 are treated as no signal (A_4 = 0.3333 at s = 1e-8, 5e-5 at
-# s = 1e-12, 6.66e-09 for the rounding example) and nothing blows up.
+# s = 1e-12, a few 1e-9 for the rounding example) and nothing blows up.
 
 # %%
 exponents = list(range(-320, 309, 8))
@@ -571,127 +711,434 @@ for ax, (name, twin), color in zip(axes, TWINS.items(), (BUGGY, FIXED), strict=T
 plt.show()
 
 # %% [markdown]
+# ### 3.3 An outlier reward in a normalised group: bounded, not harmless
+#
+# **Question.** One sample's reward is an outlier (a reward-model glitch adds 1000). What advantage
+# does it get, and what happens to the other samples of its group?
+#
+# **Key equation.** Write d_j = r_j − mean(r) and σ² = (1/G) Σ_j d_j² (population std). The deviations
+# sum to zero, so the other G − 1 sum to −d_i, and by Cauchy–Schwarz Σ_{j≠i} d_j² ≥ d_i²/(G − 1). Then
+#
+# $$G\sigma^2 \ge d_i^2\Big(1 + \frac{1}{G-1}\Big) = d_i^2\,\frac{G}{G-1}
+# \quad\Longrightarrow\quad |A_i| = \frac{|d_i|}{\sigma} \le \sqrt{G-1},$$
+#
+# with equality exactly when the other G − 1 deviations are equal: one sample differs, the rest share
+# one reward. They then all get A_j = −d_i/((G − 1)σ) = −1/√(G − 1). So normalisation caps the
+# *magnitude*: an outlier reward cannot produce an outlier advantage. It does not cap the *damage*: the
+# glitched sample takes the group's largest advantage, and every other sample, correct or not, is pushed
+# down by nearly the same amount.
+#
+# **Tiny input.** A group of G = 8 with three correct echoes (reward 1) and five wrong (0); then the
+# same group with the glitch added to wrong sample 2, normalised (the fixed twin) and only centred.
+
+# %%
+clean_group = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]  # (G,) 3 correct of 8
+glitched = list(clean_group)
+glitched[1] += 1000.0  # a glitch on a wrong sample
+A_clean, A_glitch = grpo_fixed.group_advantage(clean_group), grpo_fixed.group_advantage(glitched)
+A_centred = centred_advantage(glitched)
+print(f"{'sample':>6} {'reward':>7} {'glitch':>7} | {'A clean':>8} {'A glitch':>9} {'A glitch, centred':>17}")
+for i in range(G):
+    print(f"{i + 1:6d} {clean_group[i]:7.0f} {glitched[i] - clean_group[i]:7.0f} | {A_clean[i]:+8.4f} "
+          f"{A_glitch[i]:+9.4f} {A_centred[i]:+17.4f}")
+correct = torch.tensor(clean_group) == 1  # (G,)
+others = torch.arange(G) != 1  # (G,) every sample but the glitched one
+gap_clean = (A_clean[correct].mean() - A_clean[~correct].mean()).item()
+gap_glitch = (A_glitch[correct].mean() - A_glitch[~correct & others].mean()).item()
+print(f"bound sqrt(G - 1) = {math.sqrt(G - 1):.4f}; -1/sqrt(G - 1) = {-1 / math.sqrt(G - 1):.4f}")
+print(f"advantage gap, correct minus wrong: clean {gap_clean:.4f}, among the 7 unglitched samples {gap_glitch:.6f}")
+assert A_clean.abs().max() <= math.sqrt(G - 1) and A_glitch.abs().max() <= math.sqrt(G - 1)  # the bound
+assert A_glitch[1] > 0.999 * math.sqrt(G - 1) and A_glitch.argmax() == 1  # the glitch takes the top advantage
+assert (A_glitch[others] < 0).all() and (A_glitch[correct] < 0).all()  # every correct echo is pushed down
+assert ((A_glitch[others] + 1 / math.sqrt(G - 1)).abs() < 0.002).all() and gap_glitch < gap_clean / 500
+assert A_centred[1] > 100 * math.sqrt(G - 1)  # without the std: no bound (the gradient spikes of notebook 04 §4)
+
+# %% [markdown]
+# The glitched wrong answer gets +2.6457, a hair under √7 = 2.6458, and the three correct echoes drop
+# from +1.2910 to −0.3762: the group's lesson is now "make this wrong answer more likely, everything else
+# less". The correct-vs-wrong difference among the other seven survives only as a gap of 0.003 (it was
+# 2.07). Without the std (last column) the glitched sample's advantage is +875, which is the gradient
+# spike notebook 04 §4 clips. With the std, the damage stays inside one group of the batch: the other
+# prompts' advantages are untouched. It is still a wrong update on that prompt, and an interview answer
+# that says "normalisation makes outliers harmless" has missed it.
+#
+# > **Catalog note: a reward outlier in a normalised group.**
+# > - Symptom: nothing spikes; a prompt occasionally reinforces a completion the task scores as wrong,
+# >   and its correct completions get A ≈ −1/√(G−1).
+# > - Statistic: the raw per-sample reward against the task's range, *before* normalisation erases the
+# >   outlier's size (a +5 and a +1000 glitch end at A = 2.5298 and 2.6457). The batch-mean `reward`
+# >   check of `grpo_fixed.STATS` sees a +1000 glitch but not a +5 one, diluted over 64 samples (next
+# >   cell). A glitch that stays inside the range (a wrong answer scored 1) is invisible to both: only
+# >   an audit of the reward on known answers finds it.
+# > - Fix: at the reward, not the advantage: validate or clip rewards to their known range before
+# >   `group_advantage`, and log the max reward per batch.
+
+# %%
+batch_rewards = torch.tensor(clean_group * 8)  # (64,) a batch of 8 prompts like the one above
+print(f"reward row of STATS: {grpo_fixed.STATS['reward'].meaning}, healthy {render_range('reward')}")
+seen, a_top = {}, {}
+for size in (1000.0, 5.0):
+    rewards = batch_rewards.clone()
+    rewards[1] += size  # one glitched sample, in the first group
+    seen[size] = (grpo_fixed.in_range({"reward": rewards.mean().item()}, "reward"),
+                  grpo_fixed.in_range({"reward": rewards.max().item()}, "reward"))
+    a_top[size] = grpo_fixed.group_advantage(rewards[:G].tolist())[1].item()
+    print(f"glitch +{size:<6g}: batch mean {rewards.mean():8.4f} in range {seen[size][0]!s:5}, max sample reward "
+          f"{rewards.max():6.0f} in range {seen[size][1]!s:5}; glitched sample's A {a_top[size]:.4f}")
+assert a_top[1000.0] / a_top[5.0] < 1.05  # 200 times the glitch, 5% more advantage
+assert seen == {1000.0: (False, False), 5.0: (True, False)}  # the mean misses the small glitch, the max does not
+
+# %% [markdown]
+# ### 3.4 Population vs sample std
+#
+# **Question.** The spec (seed 000) asks for the *population* std, dividing the squared deviations by G.
+# `Tensor.std()` divides by G − 1 by default (Bessel's correction, `correction=1`, formerly
+# `unbiased=True`). Does it matter?
+#
+# **Key equation.** std_{G−1} = std_G · √(G/(G−1)), so the sample-std advantage is the population one
+# times √((G−1)/G): 0.7071 for G = 2, 0.9354 for G = 8. The bound of notebook 04 §3.3 becomes
+# (G−1)/√G, and the mean of A² over a non-constant group is (G−1)/G instead of 1.
+
+# %%
+def sample_std_advantage(rewards, eps: float = 1e-8):
+    """A_i = (r_i - mean r) / (std_{G-1}(r) + eps) with Tensor.std()'s default, Bessel-corrected std.
+    rewards: one group's G numbers -> (G,) float64"""
+    r = torch.as_tensor(rewards, dtype=torch.float64)  # (G,)
+    return (r - r.mean()) / (r.std() + eps)
+
+
+pair = torch.tensor([0.0, 1.0])
+print(f"torch.tensor([0., 1.]).std() = {pair.std():.4f}, .std(correction=0) = {pair.std(correction=0):.4f}")
+print("G = 2, rewards [0, 1]: population A " + ", ".join(f"{a:+.4f}" for a in grpo_fixed.group_advantage([0.0, 1.0]))
+      + "; sample A " + ", ".join(f"{a:+.4f}" for a in sample_std_advantage([0.0, 1.0])))
+print(f"{'G':>3} | {'max |A| pop':>11} {'max |A| sample':>14} {'ratio':>6} | "
+      f"{'mean A^2 pop':>12} {'mean A^2 sample':>15}")
+for g in (2, 4, 8, 16):
+    one_success = [1.0] + [0.0] * (g - 1)
+    pop, smp = grpo_fixed.group_advantage(one_success), sample_std_advantage(one_success)
+    print(f"{g:3d} | {pop.abs().max():11.4f} {smp.abs().max():14.4f} {smp[0] / pop[0]:6.4f} | "
+          f"{pop.pow(2).mean():12.6f} {smp.pow(2).mean():15.6f}")
+    assert math.isclose(pop[0].item(), math.sqrt(g - 1), rel_tol=1e-7)
+    assert math.isclose(smp[0].item(), (g - 1) / math.sqrt(g), rel_tol=1e-7)
+    assert math.isclose(smp.pow(2).mean().item(), (g - 1) / g, rel_tol=1e-7)
+assert f"{grpo_fixed.group_advantage([0.0, 1.0])[1]:.4f}" == "1.0000"
+assert f"{sample_std_advantage([0.0, 1.0])[1]:.4f}" == "0.7071"
+print(f"constant group [3, 3, 3, 3]: population {grpo_fixed.group_advantage([3.0] * 4).tolist()}, "
+      f"sample {sample_std_advantage([3.0] * 4).tolist()}")
+with warnings.catch_warnings():  # torch warns: std(): degrees of freedom is <= 0
+    warnings.simplefilter("ignore")
+    lonely = sample_std_advantage([3.0])
+print(f"a group of one, [3]: population {grpo_fixed.group_advantage([3.0]).tolist()}, sample {lonely.tolist()}")
+assert sample_std_advantage([3.0] * 4).abs().max() == 0 and math.isnan(lonely[0])
+
+# %% [markdown]
+# For G = 2 and rewards [0, 1] the spec's answer is ±1; `Tensor.std()` gives ±0.7071. The gap
+# shrinks as G grows (0.9354 at G = 8, 0.9682 at G = 16) but never vanishes, and it depends on G, so
+# changing the group size silently rescales every advantage. Under Adam a constant factor mostly cancels;
+# what it moves is the balance with β·KL (notebook 04 §3.1: the effective β grows by √(G/(G−1))) and
+# every number you compare against, like the √(G−1) bound. With ε both versions keep a constant group
+# finite (exact zeros); a group of one is different: the sample std of one number is 0/0 = NaN, and the
+# ε added *after* it cannot help. TRL and verl both use the Bessel-corrected std (quoted with versions
+# in notebook 06 §2): the same ranking, a factor √(G/(G−1)) apart, so "their numbers differ from the
+# spec's" is expected.
+#
+# > **Catalog note: sample instead of population std.**
+# > - Symptom: a spec test with G = 2 expects A = ±1 and gets ±0.7071; a G = 1 configuration yields NaN
+# >   advantages although ε > 0.
+# > - Statistic: the mean of A² over non-constant groups: 1 with the population std (up to ε), (G−1)/G
+# >   with the sample std (0.875 at G = 8).
+# > - Fix: `std(correction=0)` (or `unbiased=False`), or compute √(mean(centred²)) as the twins do.
+
+# %% [markdown]
+# ### 3.5 Whitening the batch's rewards vs normalising each group
+#
+# **Question.** The "standard trick" of reward normalisation whitens rewards over the batch (or with a
+# running mean and std over past batches); GRPO divides each group by its own std. What does each do to
+# the step each prompt gets?
+#
+# **Key equations.** For prompt b with rewards r_{b,i}: whitening r' = (r − mean_batch)/σ_batch and then
+# the group baseline gives A_{b,i} = (r_{b,i} − mean_i r_{b,i})/σ_batch: every prompt is divided by the
+# same number, so the prompts keep their proportions (a change of learning rate for the whole batch; a
+# running σ is the same with a σ from past batches). Group normalisation divides prompt b by its own
+# σ_b: a per-prompt learning rate 1/σ_b, largest for prompts whose rewards barely differ.
+#
+# **Tiny input.** Two prompts, four samples each: P1 has a clear winner, [0, 1, 0, 1] (σ = 0.5); on P2
+# the reward barely separates the samples, [0.45, 0.55, 0.45, 0.55] (σ = 0.05).
+
+# %%
+def whitened_advantages(rewards, std: float, eps: float = 1e-8):
+    """Reward whitening, then the group baseline: A_{b,i} = (r_{b,i} - mean_i r_{b,i}) / (std + eps), one std
+    for every group (the batch's, or a running one). rewards (B, G) -> (B, G) float64"""
+    r = torch.as_tensor(rewards, dtype=torch.float64)  # (B, G)
+    return (r - r.mean(dim=1, keepdim=True)) / (std + eps)
+
+
+two_prompts = torch.tensor([[0.0, 1.0, 0.0, 1.0], [0.45, 0.55, 0.45, 0.55]], dtype=torch.float64)  # (B, G)
+batch_std = two_prompts.std(correction=0).item()  # whitening over the batch: population std of all 8 rewards
+RUNNING_STD = 0.25  # a running std carried over from earlier batches (illustrative)
+SCHEMES = {
+    "centred only (no std)": torch.stack([centred_advantage(g) for g in two_prompts]),
+    f"batch whitening (std {batch_std:.4f})": whitened_advantages(two_prompts, batch_std),
+    f"running whitening (std {RUNNING_STD})": whitened_advantages(two_prompts, RUNNING_STD),
+    "group std (GRPO, the twins)": torch.stack([grpo_fixed.group_advantage(g.tolist()) for g in two_prompts]),
+}
+print(f"{'scheme':33s} | {'|A| P1':>7} {'|A| P2':>7} | {'step factor P1, P2 vs centred':>29} | "
+      f"{'P2 share of sum|A|':>18}")
+share = {}
+for scheme, adv in SCHEMES.items():  # adv (B, G)
+    size = adv.abs().mean(dim=1)  # (B,) every sample of a prompt has the same |A| here
+    factor = size / SCHEMES["centred only (no std)"].abs().mean(dim=1)  # (B,)
+    share[scheme] = (size[1] / size.sum()).item()
+    print(f"{scheme:33s} | {size[0]:7.4f} {size[1]:7.4f} | {factor[0]:14.3f} {factor[1]:14.3f} | {share[scheme]:18.4f}")
+shares = list(share.values())
+assert all(math.isclose(x, 1 / 11, rel_tol=1e-9) for x in shares[:3])  # whitening keeps the proportions (1 : 10)
+assert abs(shares[3] - 0.5) < 1e-6  # group std: the barely-separated prompt weighs as much as the clear one
+
+# %% [markdown]
+# Whitening (by the batch std, 0.3553, or by any running std) multiplies every prompt's advantages by the
+# same factor: P2 keeps its 9.1% of the update, as with no std at all, and only the overall step changes
+# (×2.814 here; under Adam that mostly cancels, against β·KL it does not). Group normalisation gives P2
+# a factor of 20 and P1 a factor of 2: P2, where the reward separates the samples by 0.1, now weighs as
+# much as P1 with its clean 0-vs-1 signal (50% of Σ|A|). That is GRPO's choice, and useful for binary
+# rewards on hard and easy prompts (notebook 06 §2 measures it on a sparse task); with a noisy graded
+# reward model it amplifies noise. A running std adds one more thing: its value lags the current batch,
+# so the overall step drifts as the reward distribution changes during training.
+#
+# > **Catalog note: which normaliser up-weights what.**
+# > - Symptom: with the group std, prompts whose rewards are nearly tied (reward-model noise) get
+# >   full-size advantages and the run chases noise; with batch or running whitening, one prompt with a
+# >   huge spread shrinks every other prompt's update.
+# > - Statistic: each group's reward std next to its share of Σ|A| (here σ_b = 0.05 holding 50%).
+# > - Fix: choose on purpose: group std (GRPO), batch std (keeps the proportions), none (Dr. GRPO);
+# >   the frameworks' switches are in notebook 06 §2. If you keep the group std, a floor on σ_b (a
+# >   larger ε) stops near-ties from being blown up.
+#
 # > **You should know.**
 # > - Without normalisation the gradient is proportional to the reward scale (×100 for s = 100 above).
 # >   Adam hides most of that, but not the balance with β·KL: without normalisation the effective β
-# >   is β/s. Normalise, and the reward's units drop out (up to rounding: 0.686, 0.679, 0.686 above).
-# > - Normalisation bounds |A| by √(G−1); an outlier reward cannot produce an outlier advantage.
+# >   is β/s. Normalise, and the reward's units drop out (0.686 for s = 0.01, 1 and 100 above).
+# > - Normalisation bounds |A| by √(G−1) (population std), reached when one sample differs. An outlier
+# >   reward cannot produce an outlier advantage, but it still takes the group's largest one and pushes
+# >   every other sample of the group down.
 # > - The ε is not just a NaN guard: it decides what difference counts as signal. Without it, rounding
 # >   noise in a constant group becomes a ±1.15 advantage; with it, differences ≪ ε give A ≈ 0.
+# > - Population vs sample std: ±1 vs ±0.7071 at G = 2; `Tensor.std()` is the sample std.
+# > - Whitening the batch's rewards is a learning-rate change; dividing each group by its own std is a
+# >   per-prompt weighting.
 #
 # <details><summary>Question: with normalisation, can a tiny reward scale still hurt? (Answer)</summary>
 #
 # Yes, once s·std(r) is comparable to ε: A = (r − mean)/(std + ε) shrinks towards 0 (0.333 at
-# s = 1e-8 above) and learning slows. Keep rewards O(1) or scale ε with them.
+# s = 1e-8 in notebook 04 §3.2) and learning slows. Keep rewards O(1) or scale ε with them.
 # </details>
 
 # %% [markdown]
 # ## 4. Gradient clipping
 #
 # **Key equation.** Before the optimiser step, g ← g · min(1, c / ‖g‖) with ‖g‖ the global L2 norm
-# over all parameters: the direction is kept, the length capped at c. B11 skips this.
-#
-# **Where it does not matter.** In the fixed trainer on EchoTask the advantages are normalised
-# (bounded by 2.6458) and the ratio is clipped, so gradients are small. The pre-clip norms of the
-# β = 0.02 run above:
+# over all parameters: the direction is kept, the length capped at c. B11 skips this. The logged
+# `grad_norm` is the norm *before* clipping; its healthy range lives in `grpo_fixed.STATS`:
 
 # %%
-norms = [step["grad_norm"] for it in beta_runs["0.02"]["inner"] for step in it]  # every inner step
-print(f"inner steps {len(norms)}, median pre-clip norm {sorted(norms)[len(norms) // 2]:.3f}, "
-      f"max {max(norms):.3f}, fraction above max_grad_norm = 1: {sum(n > 1 for n in norms) / len(norms):.3f}")
+MAX_GRAD_NORM = grpo_fixed.make_config().max_grad_norm  # the twins' default cap c
+print(f"default max_grad_norm {MAX_GRAD_NORM:g}; grad_norm: {grpo_fixed.STATS['grad_norm'].meaning}, "
+      f"healthy {render_range('grad_norm')} ({grpo_fixed.STATS['grad_norm'].why})")
 
 # %% [markdown]
-# Clipping acts on 1.7% of the steps (2 of 120) and shrinks each of them by at most a factor 1.225:
-# B11 (no clipping) can barely change this run. The bug needs gradient spikes to bite.
+# ### 4.1 Where it does not matter
 #
-# **Where it does.** Take away the normalisation (A = r − mean) and let the reward model glitch: with
-# probability 0.005 per sample it adds 1000 to the reward, whatever the completion. Every glitch is a
-# gradient spike. Four runs (computed once): the B11 hybrid (no clipping) and the fixed twin with
-# max_grad_norm ∈ {0.1, 1, 10}. The reward reported is the clean echo reward.
+# In the fixed trainer on EchoTask the advantages are normalised (bounded by √(G−1), notebook 04 §3.3)
+# and the ratio is clipped, so gradients are small. The pre-clip norms of the β = 0.02 run above:
 
 # %%
-GLITCH = dict(glitch_prob=0.005, glitch_size=1000.0, normalise=False, **SHORT)
-MAX_NORMS = {"0.1": 0.1, "1": 1.0, "10": 10.0}
-clip_runs = {label: nb04.instrumented_run(max_grad_norm=c, **GLITCH) for label, c in MAX_NORMS.items()}
-clip_runs["none (B11)"] = nb04.instrumented_run("B11", **GLITCH)
+norms = nb04.step_norms(beta_runs["0.02"])  # every inner step
+above = sum(n > MAX_GRAD_NORM for n in norms)
+print(f"inner steps {len(norms)}, median pre-clip norm {nb04.quantile(norms, 0.5):.3f}, max {max(norms):.3f}, "
+      f"steps above max_grad_norm: {above} ({above / len(norms):.3f}), largest shrink factor "
+      f"{max(norms) / MAX_GRAD_NORM:.3f}")
+assert above / len(norms) < 0.05 and max(norms) < 1.5 * MAX_GRAD_NORM
+
+# %% [markdown]
+# Clipping acts on 3 of 120 steps and shrinks each of them by at most a factor 1.4: B11 (no clipping) can
+# barely change this run. The bug needs gradient spikes to bite.
+#
+# ### 4.2 Where it does, and how to pick the cap
+#
+# Take away the normalisation (A = r − mean) and let the reward model glitch: with probability 0.005
+# per sample it adds 1000 to the reward, whatever the completion. Every glitch is a gradient spike.
+#
+# **How a practitioner picks c.** Not from a rule of thumb: from the pre-clip norms. Log them (as
+# `optimizer_step` returns them) on a healthy stretch of training, put c just above the bulk (a high
+# percentile, so ordinary steps pass untouched), then watch the **clip rate**, the fraction of steps
+# whose pre-clip norm exceeds c. On healthy data it is what the percentile promises (about 1% for the
+# 99th); a clip rate that rises means spikes (or a norm distribution that drifted: re-check it); a clip
+# rate near 1 means the cap is no longer a guard but a different optimiser (every step has length c, a
+# learning-rate change). Here the healthy stretch is the same unnormalised run without glitches
+# (notebook 04 §3.1, s = 1):
+
+# %%
+healthy = nb04.step_norms(scale_runs["1", False])
+pick = {q: nb04.quantile(healthy, q) for q in (0.5, 0.9, 0.99)}
+PICKED = 0.3  # the 99th percentile, rounded up
+print("healthy run, pre-clip norms: " + ", ".join(f"p{round(100 * q)} {v:.3f}" for q, v in pick.items())
+      + f", max {max(healthy):.3f}; c = {PICKED} would clip {sum(n > PICKED for n in healthy)} of {len(healthy)} steps")
+assert pick[0.99] < PICKED < 2 * pick[0.99] and sum(n > PICKED for n in healthy) / len(healthy) <= 0.01
+
+# %% [markdown]
+# So c = 0.3 is the cap picked from the distribution: the 99th percentile (0.256) rounded up, above 119 of
+# the 120 healthy steps. Six glitch runs (computed once): no clipping (the B11 hybrid) and the fixed twin
+# with c ∈ {0.05, 0.1, 0.3, 1}, plus the same glitches with the advantages normalised again (the fixed
+# twin as it is, c = 1). The reward reported is the clean echo reward.
+
+# %%
+GLITCH = dict(glitch_prob=0.005, glitch_size=1000.0, **SHORT)
+CAPS = {"0.05": 0.05, "0.1": 0.1, f"{PICKED}": PICKED, "1": 1.0, "none (B11)": math.inf}
+clip_runs = {label: (nb04.instrumented_run("B11", advantage_fn=centred_advantage, **GLITCH) if math.isinf(c) else
+                     nb04.instrumented_run(advantage_fn=centred_advantage, max_grad_norm=c, **GLITCH))
+             for label, c in CAPS.items()}
+normalised_glitch = nb04.instrumented_run(**GLITCH)  # A normalised again; c = the default
+glitched_steps = {label: [bool(n) for n in run["glitches"] for _ in run["inner"][0]]  # per inner step
+                  for label, run in clip_runs.items()}
+
+
+def clip_rate(norms, cap):
+    """Fraction of steps whose pre-clip norm exceeds the cap."""
+    return sum(n > cap for n in norms) / len(norms)
+
+
 print(f"P(a batch of 64 samples has a glitch) = 1 - 0.995^64 = {1 - 0.995**64:.3f}")
-print(f"{'max norm':>10} | {'reward (last 10)':>16} {'median pre-clip':>15} {'max pre-clip':>12} {'clipped steps':>13}")
-for label, run in clip_runs.items():
-    norms = [step["grad_norm"] for it in run["inner"] for step in it]
-    limit = MAX_NORMS.get(label, math.inf)
-    print(f"{label:>10} | {nb04.tail_mean(run['clean_reward']):16.3f} {sorted(norms)[len(norms) // 2]:15.3f} "
-          f"{max(norms):12.1f} {sum(n > limit for n in norms) / len(norms):13.3f}")
+print(f"{'cap c':>17} | {'clip rate':>9} {'steps in glitch batches':>23} | {'reward (last 10)':>16} "
+      f"{'median pre-clip':>15} {'max pre-clip':>12}")
+cap_table = {}
+for label, run in {**clip_runs, "normalised A, c = 1": normalised_glitch}.items():
+    norms, cap = nb04.step_norms(run), CAPS.get(label, MAX_GRAD_NORM)
+    in_glitch = sum(bool(n) for n in run["glitches"]) / len(run["glitches"])
+    cap_table[label] = (clip_rate(norms, cap), in_glitch, nb04.tail_mean(run["clean_reward"]), max(norms))
+    print(f"{label:>17} | {cap_table[label][0]:9.3f} {in_glitch:23.3f} | {cap_table[label][2]:16.3f} "
+          f"{nb04.quantile(norms, 0.5):15.3f} {max(norms):12.1f}")
+rate, reward = {k: v[0] for k, v in cap_table.items()}, {k: v[2] for k, v in cap_table.items()}
+assert [n > CAPS["0.3"] for n in nb04.step_norms(clip_runs["0.3"])] == glitched_steps["0.3"]  # exactly those
+assert rate["0.05"] > 0.95 and rate["0.1"] > 0.5  # caps below the median clip (almost) every step
+assert reward["0.05"] > reward["0.1"] > reward["0.3"] > reward["1"] > reward["none (B11)"]
+assert all(v[3] > grpo_fixed.STATS["grad_norm"].hi for k, v in cap_table.items() if k in CAPS)  # spikes
+assert reward["normalised A, c = 1"] > max(reward[k] for k in CAPS) and rate["normalised A, c = 1"] < 0.05
 
+# %% [markdown]
+# Read the clip rate first. The cap picked from the healthy distribution, c = 0.3, clips 33% of the
+# steps, exactly the steps of the batches that contain a glitch: far above the 1% its percentile
+# promised, and that excess is the alarm. It also helps (reward 0.381 against 0.154 without clipping),
+# because the glitch batches now move the policy about as far as a normal batch, not a hundred times
+# further. c = 1 lets them through at about nine times the typical norm (0.220).
+#
+# The lower caps do better still (0.488 at c = 0.1, 0.515 at c = 0.05), but look at their clip rates:
+# 77% and 99%. They are no longer guards: every step is cut to the same length c, so the glitch batches
+# cannot be larger than the others, which is the best the clip can do when a third of the batches are
+# broken. That is a property of this broken reward, not advice: an earlier version of this notebook
+# concluded "a cap near the typical norm" from this toy. On a healthy run such a cap throws away the
+# information in the step length on most steps. The actual fix is upstream: with the advantages
+# normalised again (last row) the same glitches give a clip rate of 0.017 and reward 0.644, better than
+# any cap (notebook 04 §3.3 explains why the damage stays small).
+#
+# **Slider.** The gradient norm per inner step, for the B11 hybrid (left) and the fixed twin with the
+# chosen cap (right: grey pre-clip, blue applied, dotted c, dots the steps of glitch batches).
 
 # %%
-def draw_grad_clip(max_norm):
-    fig, (ax_b, ax_f) = buggy_vs_fixed(f"gradient norm per inner step (log scale); fixed max_grad_norm = {max_norm}",
-                                       figsize=(9.0, 3.2))
-    buggy = [s["grad_norm"] for it in clip_runs["none (B11)"]["inner"] for s in it]
-    fixed = [s["grad_norm"] for it in clip_runs[max_norm]["inner"] for s in it]
-    limit = MAX_NORMS[max_norm]
-    ax_b.set_title("hybrid('B11'): no clipping", color=BUGGY)
-    ax_b.plot(buggy, color=BUGGY, lw=1, label="pre-clip = applied")
-    ax_f.plot(fixed, color="0.7", lw=1, label="pre-clip")
-    ax_f.plot([min(n, limit) for n in fixed], color=FIXED, lw=1.5, label="applied")
-    ax_f.axhline(limit, color=FIXED, ls=":")
-    for ax in (ax_b, ax_f):
-        ax.set(yscale="log", xlabel="inner step")
-        ax.legend(fontsize="small")
-    plt.show()
-    return {name: nb04.tail_mean(clip_runs[key]["clean_reward"]) for name, key in
-            (("buggy", "none (B11)"), ("fixed", max_norm))}
+fig_gc, (ax_gb, ax_gf) = buggy_vs_fixed(figsize=(9.0, 3.2))
+fig_gc.suptitle("gradient norm per inner step (log scale)")
+unclipped = nb04.step_norms(clip_runs["none (B11)"])
+ax_gb.set_title("hybrid('B11'): no clipping", color=BUGGY)
+ax_gb.plot(unclipped, color=BUGGY, lw=1, label="pre-clip = applied")
+(pre_line,) = ax_gf.plot(unclipped, color="0.7", lw=1, label="pre-clip")
+(applied_line,) = ax_gf.plot(unclipped, color=FIXED, lw=1.5, label="applied")
+(glitch_marks,) = ax_gf.plot([], [], ".", color=BUGGY, ms=4, label="glitch batch")
+cap_line = ax_gf.axhline(1.0, color=FIXED, ls=":")
+title_gc = ax_gf.set_title(" ", color=FIXED)
+all_norms = [n for run in clip_runs.values() for n in nb04.step_norms(run)]
+for ax in (ax_gb, ax_gf):
+    ax.set(yscale="log", xlabel="inner step", ylim=(0.5 * min(all_norms), 2 * max(all_norms)))
+    ax.legend(fontsize="small", loc="upper right")
+animated(pre_line, applied_line, glitch_marks, cap_line, title_gc, ax_gf.get_legend())
 
+
+def update_grad_clip(cap):
+    """Show the run clipped at `cap` (a label of CAPS but the last); -> rewards, clip rate."""
+    norms, c = nb04.step_norms(clip_runs[cap]), CAPS[cap]
+    pre_line.set_ydata(norms)
+    applied_line.set_ydata([min(n, c) for n in norms])
+    glitch_marks.set_data(*zip(*[(i, n) for i, n in enumerate(norms) if glitched_steps[cap][i]], strict=True))
+    cap_line.set_ydata([c, c])
+    title_gc.set_text(f"grpo_fixed, max_grad_norm = {cap}")
+    return {"buggy": reward["none (B11)"], "fixed": reward[cap], "clip rate": rate[cap]}
+
+
+w_clipnorm = live_plot(fig_gc, update_grad_clip, cap=nb04.choice(list(CAPS)[:-1], "0.3", "max norm"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-w_clipnorm = live_figure(draw_grad_clip, max_norm=nb04.choice({k: k for k in MAX_NORMS}, "0.1", "max norm"))
 display(w_clipnorm)
 
 # %%
-for label in ("1", "10"):
-    rewards = set_value(w_clipnorm, "max norm", label)
-    print(f"max norm {label:>4}: reward buggy (no clipping) {rewards['buggy']:.3f}, fixed {rewards['fixed']:.3f}")
-plt.close("all")
+for label in ("1", "0.05", "0.3"):
+    r = timed_set(w_clipnorm, "grad clip", "max norm", label)
+    print(f"max norm {label:>4}: clip rate {r['clip rate']:.3f}, reward buggy (no clipping) {r['buggy']:.3f}, "
+          f"fixed {r['fixed']:.3f}")
+    assert r["fixed"] > r["buggy"]
 
 # %% [markdown]
-# A glitch lands in 27% of the batches, and the gradient peaks between 100 and 170 against a median
-# of about 0.1. Only the cap at 0.1, just below the typical norm, rescues the run: clean reward 0.488
-# against 0.154 without clipping. Caps of 1 and 10 still let the glitch batches through at about 9
-# and 75 times the typical size (reward 0.220 and 0.129: no real improvement on one seed). To be
-# useful, a cap sits near the typical norm, not at a "safe" large value.
+# ### 4.3 Why it matters even with Adam
 #
-# **Why it matters even with Adam.** Adam already bounds the size of the step a spike causes; the
-# damage is to its second-moment estimate v, which remembers g² with a half-life of about 693 steps
-# (β₂ = 0.999). One parameter, gradient 1 at every step except 1000 at step 10, lr = 0.01:
+# Adam already bounds the size of the step a spike causes; the damage is to its second-moment estimate
+# v, which remembers g² with a half-life of about 693 steps (β₂ = 0.999: ln 0.5 / ln 0.999). The toy:
+# one parameter, gradient 1 at every step except 1000 at step 10, lr = 0.01.
 
 # %%
-moves = {label: nb04.adam_steps_after_spike(1000.0, c) for label, c in (("clip at 1", 1.0), ("no clip", math.inf))}
+def adam_steps_after_spike(spike: float, max_grad_norm: float, *, steps=60, spike_at=10, lr=1e-2):
+    """One parameter, gradient 1 at every step except `spike` at step spike_at; Adam after clipping the
+    gradient to max_grad_norm (inf = no clipping). -> |parameter change| per step, (steps,)"""
+    w = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.Adam([w], lr=lr)
+    moves = []
+    for t in range(steps):
+        before = w.detach().clone()
+        w.grad = torch.full((1,), spike if t == spike_at else 1.0)
+        torch.nn.utils.clip_grad_norm_([w], max_grad_norm)
+        opt.step()
+        moves.append((w.detach() - before).abs().item())
+    return moves
+
+
+moves = {label: adam_steps_after_spike(1000.0, c) for label, c in (("clip at 1", 1.0), ("no clip", math.inf))}
 for label, m in moves.items():
     print(f"{label:9s}: step before {m[9]:.4f}, at spike {m[10]:.4f}, 10 after {m[20]:.4f}, 40 after {m[50]:.4f}, "
           f"total over the 49 steps after {sum(m[11:]):.4f}")
+assert moves["no clip"][10] < moves["no clip"][9]  # the spike step itself is small
+assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... the stall after it is not
 
 # %% [markdown]
 # Unclipped, the spike step itself is even *smaller* than normal (0.0048: Adam's bias-corrected v
 # jumps), but every step afterwards shrinks: 0.0018 per step ten steps later and 0.0002 forty steps
 # later, instead of 0.0100. Over the 49 steps after the spike the parameter travels 0.0495 instead of
-# 0.4900, a tenfold stall from one bad gradient.
-# Clipped at 1, the spike is just another gradient of norm 1.
+# 0.4900, a tenfold stall from one bad gradient. Clipped at 1, the spike is just another gradient of
+# norm 1.
 #
 # > **You should know.**
 # > - Gradient clipping caps the length of one update's gradient, keeping its direction.
 # > - With normalised advantages and a clipped ratio it rarely acts; it is the backstop for spikes
 # >   (reward outliers without normalisation, the unbounded A < 0 branch of the surrogate, numerics).
+# > - Pick c from the pre-clip norm distribution of a healthy stretch (a high percentile) and log the
+# >   clip rate: a rate far above what the percentile promises is an alarm; a rate near 1 means c has
+# >   become a learning rate.
 # > - Under Adam a spike's harm is a long stall (inflated second moment), not one giant step.
 # > - Log the **pre-clip** norm (as `optimizer_step` returns): the post-clip norm is always ≤ c and
 # >   hides the spikes.
 #
-# <details><summary>Question: why does max_grad_norm = 10 behave like no clipping in the glitch
-# runs? (Answer)</summary>
+# <details><summary>Question: in the glitch runs, c = 0.05 beat the cap picked from the healthy
+# distribution (0.515 vs 0.381). Should you cap at a third of the median norm? (Answer)</summary>
 #
-# A cap only acts on steps whose norm exceeds it. The median norm is about 0.1, so at 10 only the
-# glitch batches are touched, and they are cut from over 100 to 10: still about 75 times the typical
-# gradient, so they keep dominating Adam's moment estimates. A useful cap sits near the typical norm.
+# No. Its clip rate is 99%: every step is rescaled to length c, so c acts as a learning rate, and what
+# it "fixed" is a reward that is broken on a third of the batches. The clip rate of the sensible cap
+# (33%, exactly the glitch batches) is the signal to go and fix the reward or restore the
+# normalisation (clip rate 1.7%, reward 0.644), not to lower c.
 # </details>
 
 # %% [markdown]
@@ -700,26 +1147,30 @@ for label, m in moves.items():
 # <table>
 # <tr><th>stabiliser</th><th>protects against</th><th>costs</th></tr>
 # <tr>
-# <td>ratio clip ε (§1)</td>
+# <td>ratio clip ε (notebook 04 §1)</td>
 # <td>one rollout batch pushing a token's probability far from π_old over the inner steps</td>
 # <td>tokens past the window get zero gradient (less learning per batch); ε to tune;
 # no bound on the A &lt; 0, ρ &gt; 1+ε branch (−4.5 at ρ = 3)</td>
 # </tr>
 # <tr>
-# <td>KL to frozen π_ref, β (§2)</td>
+# <td>KL to frozen π_ref, β (notebook 04 §2)</td>
 # <td>cumulative drift over many iterations, which KL to π_old cannot see (it restarts at 0 every rollout)</td>
-# <td>reward (0.368 at β = 0.5 vs 0.679 at 0.02 in 30 iterations); a reference forward pass per batch;
+# <td>reward (0.368 at β = 0.5 vs 0.686 at 0.02 in 30 iterations); a reference forward pass per batch;
 # β to tune; k3's gradient is ∇KL(π_ref ‖ π)</td>
 # </tr>
 # <tr>
-# <td>advantage normalisation (§3)</td>
-# <td>reward units setting the step and the effective β (β/s without it); outlier rewards (|A| ≤ √(G−1))</td>
-# <td>turns noise-level differences into ±1 advantages unless ε floors them; ε sets what counts as signal</td>
+# <td>advantage normalisation (notebook 04 §3)</td>
+# <td>reward units setting the step and the effective β (β/s without it); outlier rewards become
+# bounded advantages (|A| ≤ √(G−1))</td>
+# <td>an outlier still takes its group's top advantage; turns noise-level differences into ±1 advantages
+# unless ε floors them; the group std up-weights prompts whose rewards barely differ; population vs
+# sample std is a factor √(G/(G−1))</td>
 # </tr>
 # <tr>
-# <td>gradient clipping c (§4)</td>
+# <td>gradient clipping c (notebook 04 §4)</td>
 # <td>gradient spikes, and under Adam the long stall after one (0.0495 vs 0.4900 travelled in the toy)</td>
-# <td>also shortens legitimate large steps; useful only near the typical norm (0.1 helped, 10 did not)</td>
+# <td>also shortens legitimate large steps; c is read off the pre-clip norms and judged by its clip rate
+# (a rate near 1 turns it into a learning rate)</td>
 # </tr>
 # </table>
 #
@@ -759,17 +1210,29 @@ for label, m in moves.items():
 #
 # The raw gradient is 100× larger, but Adam divides by its running RMS, so the step size barely changes.
 # What changes is the balance with the KL term: the effective β is 100× smaller (here the s = 100 run
-# behaved like β ≈ 0). With normalisation the scale cancels: the three normalised runs differ only by
-# seed-level noise (0.686, 0.679, 0.686).
+# behaved like β ≈ 0). With normalisation the scale cancels: the three normalised runs end at the same
+# 0.686.
 # </details>
 #
 # 5. Why log the pre-clip gradient norm rather than the post-clip one?
 # <details><summary>Answer</summary>
 #
-# The post-clip norm is min(‖g‖, c): it can never show a spike. The pre-clip norm is the diagnostic
-# (healthy range in `DIAGNOSTICS`: finite, < 100); the glitch runs above peak well over 100.
+# The post-clip norm is min(‖g‖, c): it can never show a spike, and it cannot give the clip rate. The
+# pre-clip norm is the diagnostic (its healthy range is the `grad_norm` row of `grpo_fixed.STATS`,
+# printed in notebook 04 §4); the glitch runs there peak well above it.
+# </details>
+#
+# 6. A group of G = 4 has rewards [0, 0, 0, 1]. What are the advantages with the population std, and
+#    with `Tensor.std()`?
+# <details><summary>Answer</summary>
+#
+# Population: +√3 = 1.7321 for the success and −1/√3 = −0.5774 for each failure (one sample differs,
+# so the bound √(G−1) is reached). Sample std: both times √(3/4): +1.5 and −0.5.
 # </details>
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+print("slider redraws, kernel side (set_value), slowest wall / CPU: " + ", ".join(
+    f"{name} {1000 * max(w for w, _ in s):.0f} / {1000 * max(c for _, c in s):.0f} ms over {len(s)}"
+    for name, s in redraw_seconds.items()))
 print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s")

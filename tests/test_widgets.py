@@ -205,7 +205,7 @@ def test_animated_artists_are_redrawn_alone_and_give_the_full_draws_image(full_d
     assert changed_pixels(first, pixels(blit)) > 0.01  # and the image did move with the slider
 
 
-def test_what_update_changes_is_blitted_automatically_from_the_second_move(full_draws_only):
+def test_what_update_changes_is_blitted_automatically_from_the_first_move(full_draws_only):
     fig, update, _ = bars_and_line(False)
     reference = live_plot(*bars_and_line(False)[:2], phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
     widgets_module.AUTO_ANIMATE = True  # (restored by the fixture)
@@ -213,7 +213,7 @@ def test_what_update_changes_is_blitted_automatically_from_the_second_move(full_
     values = (0.25, 0.4, 0.25, 0.6)
     for a, b in zip(sweep(auto, values), sweep(reference, values), strict=True):
         assert changed_pixels(a, b) < 0.005
-    assert auto.renderer.full_draws == 2  # the first render, and the first move (which finds what moves)
+    assert auto.renderer.full_draws == 1  # the first render only: the data artists were animated from the start
     animated = [type(a).__name__ for a in auto.renderer.animated]  # what moves; not the title, ticks or spines
     assert sorted(animated) == ["Line2D"] + ["Rectangle"] * 4
 
@@ -239,7 +239,7 @@ def test_automatic_blitting_keeps_a_static_label_above_moving_bars(full_draws_on
     auto = live_plot(*labelled_bars(), phase=slider(0.0, 0.0, 1.0, 0.05, "phase"))
     for a, b in zip(sweep(auto, (0.25, 0.4, 0.6)), sweep(reference, (0.25, 0.4, 0.6)), strict=True):
         assert changed_pixels(a, b) < 0.002
-    assert auto.renderer.full_draws == 2 and [type(a).__name__ for a in auto.renderer.animated] == ["Rectangle"] * 3
+    assert auto.renderer.full_draws == 1 and [type(a).__name__ for a in auto.renderer.animated] == ["Rectangle"] * 3
 
 
 def test_a_change_outside_the_animated_artists_forces_a_full_draw():
@@ -254,6 +254,47 @@ def test_a_change_outside_the_animated_artists_forces_a_full_draw():
     set_value(w, "top", 2.0)
     assert w.renderer.full_draws == 2
     assert ax_line.get_ylim() == (-1.1, 2.0)
+
+
+def titled_line():
+    """A moving line, a static reference line, a title that names the run. -> fig, update, moving, reference, title"""
+    fig, ax = plt.subplots(figsize=(4, 2.5))
+    (moving,) = ax.plot(XS, XS)
+    reference = ax.axhline(0.5, color="gray")
+    ax.set_ylim(-1.1, 1.1)
+    title = ax.set_title("run 0")
+
+    def update(phase, run):
+        moving.set_ydata(np.sin(2 * np.pi * (XS + phase)))
+        title.set_text(f"run {run}")
+        return phase, run
+
+    return fig, update, moving, reference, title
+
+
+def run_and_phase(fig, update):
+    return live_plot(fig, update, phase=slider(0.0, 0.0, 1.0, 0.05, "phase"),
+                     run=slider(0, 0, 3, 1, "run", integer=True))
+
+
+def test_guessed_artists_that_never_move_return_to_the_background_and_other_changes_get_blitted(monkeypatch):
+    """A static reference line starts animated (a guess), and goes back into the background at the next full
+    draw (here: the first title change); the title, changed by an update, is blitted from then on."""
+    monkeypatch.setattr(widgets_module, "AUTO_ANIMATE", False)
+    full = run_and_phase(*titled_line()[:2])
+    monkeypatch.setattr(widgets_module, "AUTO_ANIMATE", True)
+    fig, update, moving, reference, title = titled_line()
+    w = run_and_phase(fig, update)
+    set_value(w, "phase", 0.25)
+    assert w.renderer.full_draws == 1 and reference.get_animated()  # a blit; the guess still stands
+    set_value(w, "run", 1)  # the title is not animated: a full draw, which settles the guesses
+    assert w.renderer.full_draws == 2 and not reference.get_animated() and moving.get_animated()
+    assert title.get_animated()
+    for widget in (w, full):
+        set_value(widget, "run", 2)
+        set_value(widget, "phase", 0.5)
+    assert w.renderer.full_draws == 2 and "rendered phase=0.5; run=2" in w.status.value
+    assert changed_pixels(pixels(w), pixels(full)) < 0.005
 
 
 def test_an_error_in_update_is_shown_logged_and_raised_by_set_value(caplog):

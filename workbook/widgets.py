@@ -22,12 +22,14 @@ mostly ticks and text (one axes about 15 ms, three axes about 45 ms on a quiet 2
   - figures stay small and the dpi modest (DPI);
   - the layout engine (constrained / tight) runs once, at the first render, and is then frozen (a layout
     pass per frame doubled the draw of three axes): fix axis limits, or leave margin, if tick labels grow;
-  - what update() changes is *blitted* (FigureRenderer): the first slider move draws everything and marks
-    the artists it changed animated=True; while nothing else in the figure changes (fig.stale), later
-    moves restore the cached background and draw only those (about 10x faster for three axes). An update
-    that also rescales an axis or edits a label makes every redraw a full one: still correct, just slower,
-    so set limits once (ax.set_ylim) when the data allow. Artists can be marked up front with
-    animated=True (or plots.animated) to skip the first full draw.
+  - what update() changes is *blitted* (FigureRenderer): the data artists (lines, bars, bands) are drawn
+    apart from a cached background of everything else (axes, ticks, labels), and static text or legends
+    above them come from a cached overlay layer, so while only they change a redraw costs a few ms (about
+    10x less than a full draw of three axes). Any other change (an axis rescaled, a title or label edited)
+    makes that redraw a full one, after which the changed artist is blitted too; a static data artist goes
+    back into the background at the next full draw. An update that rescales an axis on every move makes
+    every redraw a full one: still correct, just slower, so set limits once (ax.set_ylim) when the data
+    allow.
 Expensive inputs of a slider position (training replays) belong in a cache keyed by their inputs
 (functools.lru_cache on a notebook-level function), so moving back and forth costs only the render.
 
@@ -49,8 +51,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import Collection
 from matplotlib.figure import FigureBase
 from matplotlib.image import AxesImage
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.spines import Spine
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
@@ -132,6 +137,18 @@ def animate_changed(fig) -> list:
     return changed
 
 
+def animate_data_artists(fig) -> list:
+    """Mark animated=True the data artists of every axes (lines, patches such as bars, collections such as
+    fill_between bands): a first guess at what an update will move, so that even the first slider move
+    is blitted. -> the artists newly marked (FigureRenderer returns the ones that never move to the
+    background at its next full draw)."""
+    marked = [a for ax in fig.axes for a in ax.get_children()
+              if isinstance(a, Line2D | Patch | Collection) and _animatable(a, ax.patch) and not a.get_animated()]
+    for artist in marked:
+        artist.set_animated(True)
+    return marked
+
+
 def animated_artists(fig) -> list:
     """Every artist marked animated=True (nested ones too), in drawing order."""
     ordered = []
@@ -182,20 +199,29 @@ class FigureRenderer:
     draw, so the image is always the figure's current state (pixel differences only where an animated
     line crosses a spine, and from rounding in the composite).
 
-    Which artists are animated: those the author created with animated=True, and, with auto_animate, those
-    an update changed, found at its full draw (animate_changed): the first slider move draws everything,
-    the next ones only what moves.
+    Which artists are animated: those the author created with animated=True, and, with auto_animate,
+      - from the first render, every data artist (lines, bars, bands: animate_data_artists), a guess that
+        makes even the first slider move a blit; guessed artists that have not changed by the next full
+        draw go back into the background there;
+      - at any full draw, what the last update changed among the other artists (animate_changed), so
+        that the next moves blit it.
     """
 
     def __init__(self, fig, *, auto_animate: bool = True):
         self.figure, self.auto_animate = fig, auto_animate
         self.canvas = FigureCanvasAgg(fig)  # replaces pyplot's canvas; reused by every render
         self.background, self.overlay, self.animated, self.full_draws = None, None, [], 0
+        self.guessed, self.moved = [], set()  # data artists animated on a guess; those seen changing
 
     def render(self) -> bytes:
         fig = self.figure
+        if self.full_draws:  # an animated artist that changed is stale (it just does not tell its axes)
+            self.moved.update(a for a in self.guessed if a.stale)
         if self.background is None or fig.stale:
-            if self.auto_animate and self.full_draws:  # after the first render: what the last update changed
+            if self.auto_animate and not self.full_draws:
+                self.guessed = animate_data_artists(fig)
+            elif self.auto_animate:
+                self._settle_guesses()
                 animate_changed(fig)
             self._full_draw()
         else:
@@ -203,6 +229,13 @@ class FigureRenderer:
             self._draw_animated()
         fig.stale = False  # drawing a legend re-stales its axes (children report to the axes): not a change
         return encode_png(self.canvas)
+
+    def _settle_guesses(self) -> None:
+        """Guessed data artists that never changed go back into the background (drawn once, not per frame)."""
+        for artist in self.guessed:
+            if artist not in self.moved:
+                artist.set_animated(False)
+        self.guessed, self.moved = [], set()
 
     def _full_draw(self) -> None:
         fig, canvas = self.figure, self.canvas
@@ -332,9 +365,9 @@ def live_plot(fig, update, *, caption=None, **controls) -> LivePlot:
     returns the numbers a check cell prints (kept as w.result). It runs once now with the initial values,
     then on every change of any control; each run is followed by one Agg draw of `fig` into the image.
     fig is closed in pyplot (never displayed inline) and redrawn on its own Agg canvas at DPI; its layout
-    is computed at the first render and then kept. What update changes (found at the first move, or marked
-    animated=True up front) is redrawn alone over a cached background while the rest of the figure is
-    unchanged (FigureRenderer): the fast path, for axes of fixed limits.
+    is computed at the first render and then kept. The data artists, and whatever else update is seen to
+    change, are redrawn alone over a cached background while the rest of the figure is unchanged
+    (FigureRenderer): the fast path, for axes of fixed limits.
     Display the returned widget as the cell's last expression (mark the cell # NBVAL_IGNORE_OUTPUT).
     """
     return LivePlot(fig, update, controls, caption=caption)

@@ -336,7 +336,8 @@ assert not gf.in_range({"adv_group_mean": prompt_mean["B9"]}, "adv_group_mean")
 #
 # That is B9 per sample. In expectation it is mostly variance, as notebook 01 §10.2 measures: within one
 # prompt the B9 advantage is the correct one rescaled plus an offset shared by the prompt's samples, and the
-# offset multiplies $\sum_i \nabla\log\pi(o_i)$, whose mean is 0 (apart from $r_i$'s own share of its row).
+# offset multiplies $\sum_i \nabla\log\pi(o_i)$, whose mean is 0 (apart from $r_i$'s own share of its row); the
+# rescale re-weights prompts against each other, a smaller bias.
 # Whether the centring check can see it depends only on the shapes: a row of $B$ consecutive samples stays
 # inside one prompt's group exactly when **$B$ divides $G$** (notebook 01 §10.1). Then every row is a slice of
 # one group, each slice is centred, the check stays silent, and at $B = G$ the advantages are even exactly

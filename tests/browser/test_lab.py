@@ -96,8 +96,10 @@ def assert_figures_match_sliders(page, name, kind) -> list[dict]:
 
 
 def step_first_slider(page, shots: Path, name: str) -> dict:
-    """One arrow-key step on the first slider of the first slider widget; screenshot; -> step result."""
-    kind, widget = lab.widgets_on_page(page)[0]
+    """One arrow-key step on the first slider of the first widget that has one; screenshot; -> step result."""
+    with_slider = [(kind, w) for kind, w in lab.widgets_on_page(page) if lab.sliders_of(w).count()]
+    assert with_slider, f"{name}: no slider in any slider widget"
+    kind, widget = with_slider[0]
     move = lab.step(page, kind, widget)
     shot = shots / f"{Path(name).stem}.png"
     widget.screenshot(path=str(shot), timeout=30_000)

@@ -440,3 +440,36 @@ def test_a_transparent_figure_background_is_made_opaque():
 
     alpha = np.asarray(Image.open(io.BytesIO(bytes(w.image.value))))[..., 3]  # (H, W)
     assert alpha.min() == 255
+
+
+def test_a_static_band_between_moving_bars_and_a_moving_line_keeps_its_place(monkeypatch):
+    """Drawing order bars (zorder 1) < band (1.5) < line (2): once the band is known to be static (after the
+    first full draw it goes back to the background), it cannot be composited on top (it would cover the
+    line), so it is drawn in its place each frame."""
+    def banded():
+        fig, ax = plt.subplots(figsize=(4, 2.5))
+        bars = ax.bar(np.arange(4) / 4 + 0.125, np.ones(4), width=0.2, color="black", zorder=1)
+        ax.fill_between([0, 1], [0.2, 0.2], [0.8, 0.8], color="yellow", alpha=0.9, zorder=1.5)
+        (line,) = ax.plot(XS, XS, color="blue", linewidth=6, zorder=2)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.2)
+        title = ax.set_title("run 0")
+
+        def update(phase, run):
+            line.set_ydata(0.5 + 0.4 * np.sin(2 * np.pi * (XS + phase)))
+            for k, bar in enumerate(bars):
+                bar.set_height(0.6 + 0.4 * np.cos(k + 2 * np.pi * phase))
+            title.set_text(f"run {run}")
+            return phase
+
+        return fig, update
+
+    monkeypatch.setattr(widgets_module, "AUTO_ANIMATE", False)
+    full = run_and_phase(*banded())
+    monkeypatch.setattr(widgets_module, "AUTO_ANIMATE", True)
+    auto = run_and_phase(*banded())
+    for widget in (auto, full):
+        set_value(widget, "run", 1)  # a full draw: the band has not moved, so it leaves the guessed set
+        set_value(widget, "phase", 0.3)
+    assert auto.renderer.full_draws == 2
+    assert changed_pixels(pixels(auto), pixels(full)) < 0.005

@@ -174,15 +174,28 @@ def _painted_box(artist, renderer):
     return Bbox.intersection(box, clip) if clip is not None else box
 
 
-def overlay_artists(fig, animated: list, renderer) -> list:
+def overlay_artists(fig, renderer) -> list:
     """Static artists that a full draw paints *after* an animated one and over the same pixels (a legend
     or a label above moving lines): they go into a cached layer composited on top of the animated ones,
-    so the drawing order is kept without re-drawing them every frame."""
-    order = drawing_order(fig)
-    first = min((order.index(a) for a in animated if a in order), default=0)
-    boxes = [b for b in (_painted_box(a, renderer) for a in animated) if b is not None]
-    return [a for a in order[first:] if not a.get_animated()
-            and any(_extent(a, renderer).overlaps(b) for b in boxes)]
+    so the drawing order is kept without re-drawing them every frame. A static artist that is also painted
+    *before* an animated one it overlaps (a band between moving bars and a moving line) cannot be a layer
+    on top: it is marked animated=True, to be drawn in its place each frame."""
+    while True:
+        order = drawing_order(fig)
+        moving = [i for i, a in enumerate(order) if a.get_animated()]
+        boxes = {i: _painted_box(order[i], renderer) for i in moving}
+        overlay, between = [], []
+        for j, artist in enumerate(order):
+            if artist.get_animated() or not moving or j < moving[0]:
+                continue
+            extent = _extent(artist, renderer)
+            touches = [i for i in moving if boxes[i] is not None and extent.overlaps(boxes[i])]
+            if any(i < j for i in touches):
+                (between if any(i > j for i in touches) else overlay).append(artist)
+        if not between:
+            return overlay
+        for artist in between:
+            artist.set_animated(True)
 
 
 class FigureRenderer:
@@ -247,7 +260,8 @@ class FigureRenderer:
             return
         if self.full_draws == 1:
             canvas.draw()  # lay the figure out first: the overlay is chosen by where artists paint
-        overlay = overlay_artists(fig, self.animated, canvas.get_renderer())
+        overlay = overlay_artists(fig, canvas.get_renderer())
+        self.animated = animated_artists(fig)  # with any static artist caught between two animated ones
         for artist in overlay:
             artist.set_animated(True)  # out of the background (set_animated does not mark anything stale)
         canvas.draw()

@@ -32,9 +32,10 @@
 # 6. Where the KL goes: in the reward (k1) or in the loss (k3).
 # 7. Truncated completions: masking them or a soft length penalty.
 #
-# **Sources.** TRL 1.16.0 and verl 0.9.1, read from their PyPI wheels (`pip download --no-deps`) and
-# cross-checked against the same files in the search index. TRL: `trl/trainer/grpo_config.py`
-# (docstring of `GRPOConfig`), `trl/trainer/grpo_trainer.py` (`_compute_loss`, the advantage code),
+# **Sources.** TRL 1.16.0 and verl 0.9.1, read from their PyPI wheels (`pip download --no-deps`); the
+# option names were cross-checked against older commits of the same files in a public code index. TRL:
+# `trl/trainer/grpo_config.py` (docstring of `GRPOConfig`), `trl/trainer/grpo_trainer.py` (`_compute_loss`,
+# and the advantages in `_generate_and_score_completions`),
 # `trl/trainer/rloo_trainer.py`, `trl/rewards/other_rewards.py`. verl: `verl/trainer/config/actor/actor.yaml`,
 # `verl/trainer/config/ppo_trainer.yaml`, `verl/trainer/config/algorithm.py`,
 # `verl/trainer/ppo/core_algos.py`, `verl/trainer/ppo/ray_trainer.py`. In verl the actor options sit
@@ -44,7 +45,6 @@
 # runs and caches the short training runs (so a slider move replays nothing), and draws.
 
 # %%
-import logging
 import math
 import time
 
@@ -58,7 +58,6 @@ from workbook import variants
 from workbook.tasks import RambleTask, ReverseTask, SparseMatchTask
 from workbook.widgets import live_plot, set_value, slider
 
-logging.getLogger("grpo").setLevel(logging.ERROR)  # variants fail a health check or two by design
 started = time.perf_counter()
 SHORT = dict(steps=30, prompts_per_batch=8)  # every training run: 30 iterations of 8 prompts x 8 samples
 TAIL = 15  # statistics of a run: mean over its last 15 iterations
@@ -480,6 +479,22 @@ plt.show()
 # >   failures on easy ones; of no scaling: the reward's units set the step (notebook 04 §3).
 # > - Statistic: the share of Σ|A| on groups with ≤ 1 success or ≤ 1 failure, as above.
 # > - Fix: TRL `scale_rewards="batch"` or `"none"`; verl `norm_adv_by_std_in_grpo=False`.
+#
+# <details><summary>Question: with the group std, does a group with rewards [1, 1, 1, 1, 1, 1, 1, 0.99] weigh
+# less than one with [1, 0, 0, 0, 0, 0, 0, 0]? (Answer)</summary>
+#
+# No, the same: dividing by the group's own std gives any group with one odd reward the same advantages up
+# to sign, so a 0.01 difference (noise, for all the trainer knows) carries as much weight as a real
+# success; only ε stops differences far below it (notebook 04 §3). Unscaled, its total |A| is a hundredth of
+# the other group's. The cell below computes both.
+# </details>
+
+# %%
+odd = torch.tensor([1.0] * 7 + [0.99] + [1.0] + [0.0] * 7)  # (2*8,): the two groups of the question
+for name in ("group std", "none"):
+    totals = SCALINGS[name](odd, 8).view(2, 8).abs().sum(dim=1)
+    print(f"{name:>9}: total |A| {totals[0].item():.4f} (1 x 7, 0.99) and {totals[1].item():.4f} (1, 0 x 7)")
+    assert math.isclose(totals[0].item(), totals[1].item() * (1 if name == "group std" else 0.01), rel_tol=1e-4)
 
 # %% [markdown]
 # ## 3. Clip-higher and entropy collapse
@@ -694,6 +709,14 @@ assert variants.cached_runs() == cached  # a slider move replays a cached run, i
 # >   `actor/pg_clipfrac`).
 # > - Fix: raise the upper clip only (TRL `epsilon_high=0.28`, verl `clip_ratio_high=0.28`), keep the
 # >   lower one; a KL anchor (β > 0) or an entropy bonus also slow the collapse.
+#
+# <details><summary>Question: DAPO raises only the upper clip. What would raising the lower one (a smaller
+# 1 − ε_low) do? (Answer)</summary>
+#
+# It lets a token with A < 0 lose more than ε_low of its probability in one rollout. Pushing bad tokens
+# towards 0 faster sharpens the distribution too: it lowers entropy, the opposite of what clip-higher is
+# for, and a token near probability 0 is no longer sampled, so its advantage can never be corrected.
+# </details>
 
 # %% [markdown]
 # ## 4. Sequence-level ratio (GSPO)
@@ -868,6 +891,14 @@ plt.show()
 # > - Statistic: the spread (std) of log ρ per token against that of log s per completion, and the clip
 # >   fraction at each level.
 # > - Switch: TRL `importance_sampling_level="sequence"`, verl `policy_loss.loss_mode=gspo`.
+#
+# <details><summary>Question: a completion of 100 tokens in which one token's ratio went from 1 to 3 and the
+# others stayed at 1, with A > 0 and ε = 0.2. What does each level clip? (Answer)</summary>
+#
+# Token level: that one token (ρ = 3 > 1.2 loses its gradient); the other 99 keep theirs. Sequence level:
+# nothing, since s = 3^{1/100} is barely above 1; all 100 tokens get the same weight s·A/|o|. The geometric
+# mean hides a single token's jump, which is why GSPO's window must be far narrower than the token one.
+# </details>
 
 # %% [markdown]
 # ## 5. Dynamic sampling
@@ -1030,6 +1061,14 @@ plt.show()
 # > - Fix: dynamic sampling (verl `algorithm.filter_groups.enable=True`), at the price of more generation
 # >   per update (here more than per unit of reward); or a larger G for hard prompts (P(waste) =
 # >   p^G + (1 − p)^G falls with G).
+#
+# <details><summary>Question: in the twins (token mean over the minibatch), does dropping the zero-variance
+# groups change the gradient of the groups that remain? (Answer)</summary>
+#
+# Yes. Their tokens contribute J = 0 but count in the denominator Σ|o_i|, so dropping them scales every
+# remaining token's gradient up by (all tokens)/(remaining tokens); they also contribute to the KL term.
+# Dynamic sampling changes the step size as well as the batch's composition.
+# </details>
 
 # %% [markdown]
 # ## 6. Where the KL goes
@@ -1210,6 +1249,14 @@ assert reward_03[1] < loss_03[1] / 5 and reward_03[0] < loss_03[0] / 2
 # >   multiplies k3 by ρ, whose gradient restores ∇KL(π ‖ π_ref) (last row above).
 # > - Symptom of a misplaced or mis-chosen KL: the `kl` statistic grows as if β were 0.
 # > - Statistic: `kl` per iteration against a β = 0 run.
+#
+# <details><summary>Question: KL in the reward, group-normalised advantages. A prompt whose G completions all
+# get the same task reward: what do their advantages say? (Answer)</summary>
+#
+# Only the KL: r_i − β Σ_t k1 minus its group mean is −β(k_i − mean k), and dividing by the group std
+# removes β altogether (while β·std(k) ≫ ε), so those completions get unit-scale advantages pushing
+# towards the reference, however small β is. In groups without task signal the penalty gets full weight.
+# </details>
 
 # %% [markdown]
 # ## 7. Truncated completions
@@ -1371,6 +1418,14 @@ plt.show()
 # >   (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`); fix: TRL
 # >   `mask_truncated_completions=True` together with a soft
 # >   penalty (`get_soft_overlong_punishment`), verl's `overlong_buffer_cfg`.
+#
+# <details><summary>Question: with truncated completions masked, do they still influence the update? (Answer)
+# </summary>
+#
+# Yes, through their group: their reward still enters the group's mean and std, so they shift the other
+# completions' advantages (in TRL too: the mask is zeroed, the rewards are scored as usual). Only their own
+# tokens get no gradient.
+# </details>
 
 # %% [markdown]
 # ## 8. Summary

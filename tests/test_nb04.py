@@ -27,6 +27,17 @@ def test_batched_curves_equal_the_one_token_probe(twin, adv, clip):
     assert [g == 0.0 for g in dJ] == [p[1] == 0.0 for p in probe]  # exact zeros stay exact zeros
 
 
+@pytest.mark.parametrize("twin", [grpo_fixed, grpo_buggy], ids=["fixed", "buggy"])
+def test_grid_rows_are_the_single_advantage_curves(twin):
+    advs = [0.25, -0.5, 1.5, -3.0]
+    J, dJ = nb04.surrogate_grid(twin.grpo_loss, GRID, advs, 0.3)
+    assert J.shape == dJ.shape == (len(advs), len(GRID))
+    for k, adv in enumerate(advs):
+        one_J, one_dJ = nb04.surrogate_curves(twin.grpo_loss, GRID, adv, 0.3)
+        assert J[k].tolist() == pytest.approx(one_J, abs=1e-12) and dJ[k].tolist() == pytest.approx(one_dJ, abs=1e-12)
+        assert [g == 0.0 for g in dJ[k].tolist()] == [g == 0.0 for g in one_dJ]
+
+
 def test_zero_intervals_of_the_fixed_and_the_buggy_surrogate():
     _, fixed_pos = nb04.surrogate_curves(grpo_fixed.grpo_loss, GRID, 1.5, 0.2)
     _, buggy_neg = nb04.surrogate_curves(grpo_buggy.grpo_loss, GRID, -1.5, 0.2)

@@ -30,19 +30,26 @@ def surrogate_and_grad(loss_fn, ratio: float, adv: float, clip: float):
     return -loss.item() + 0.0, -logp.grad.item() + 0.0  # + 0.0 turns -0.0 into 0.0 for printing
 
 
-def surrogate_curves(loss_fn, ratios, adv: float, clip: float):
-    """J(rho) and dJ/dlog pi over a grid of R ratios, the same numbers as surrogate_and_grad point by
-    point, in two calls: J by vmap over R one-token losses; dJ from one loss over R one-token sequences,
-    whose mean over R rows gives d loss / d logp_i = -dJ_i / R. -> (list, list)"""
-    logp = torch.tensor(ratios, dtype=torch.float64).log()  # (R,)
+def surrogate_grid(loss_fn, ratios, advs, clip: float):
+    """J(rho) and dJ/dlog pi for every advantage in advs (K,) and ratio in ratios (R,): the numbers of
+    surrogate_and_grad at each point, in two calls of loss_fn. J by vmap over K*R one-token losses; dJ from
+    one loss over K*R one-token sequences (advantage per row), whose mean gives d loss / d logp_n = -dJ_n / (K R).
+    -> J (K, R), dJ (K, R) float64"""
+    K, R = len(advs), len(ratios)
+    logp = torch.tensor(ratios, dtype=torch.float64).log().repeat(K)  # (K*R,) ratios fastest
+    adv = torch.tensor(advs, dtype=torch.float64).repeat_interleave(R)  # (K*R,)
     old, mask = torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.bool)  # (1, 1)
-    adv1 = torch.tensor([float(adv)], dtype=torch.float64)  # (1,)
-    J = vmap(lambda lp: -loss_fn(lp.reshape(1, 1), old, adv1, mask, clip))(logp)  # (R,)
-    rows = logp[:, None].clone().requires_grad_(True)  # (R, 1): R sequences of one token
-    loss_fn(rows, torch.zeros_like(rows), adv1.expand(len(ratios)), torch.ones_like(rows, dtype=torch.bool),
-            clip).backward()
-    dJ = -rows.grad[:, 0] * len(ratios)  # (R,)
-    return (J + 0.0).tolist(), (dJ + 0.0).tolist()
+    J = vmap(lambda lp, a: -loss_fn(lp.reshape(1, 1), old, a.reshape(1), mask, clip))(logp, adv)  # (K*R,)
+    rows = logp[:, None].clone().requires_grad_(True)  # (K*R, 1): K*R sequences of one token
+    loss_fn(rows, torch.zeros_like(rows), adv, torch.ones_like(rows, dtype=torch.bool), clip).backward()
+    dJ = -rows.grad[:, 0] * (K * R)  # (K*R,)
+    return (J + 0.0).view(K, R), (dJ + 0.0).view(K, R)  # + 0.0 turns -0.0 into 0.0
+
+
+def surrogate_curves(loss_fn, ratios, adv: float, clip: float):
+    """J(rho) and dJ/dlog pi over a grid of ratios for one advantage. -> (list, list)"""
+    J, dJ = surrogate_grid(loss_fn, ratios, [adv], clip)
+    return J[0].tolist(), dJ[0].tolist()
 
 
 def zero_grad_interval(ratios, grads):

@@ -150,17 +150,33 @@ assert math.isclose(with_min[1.5, 0.5], 0.75) and math.isclose(with_min[-1.5, 1.
 # in units of |A|; the grey band is [1−ε, 1+ε]. On the unclipped branch J and its gradient are the same
 # number ρA (because ∂ρ/∂log π = ρ), so the dashed line lies on the solid one; they part where the flat
 # piece takes over (J constant, gradient 0). In these units the fixed twin's picture does not change
-# when |A| moves; B4's does. Each position costs two batched calls of each twin's `grpo_loss` over 111
-# ratios (cached).
+# when |A| moves; B4's does. Every slider position is computed up front (`nb04.surrogate_grid`: one
+# batched call of each twin's `grpo_loss` per clip value, for all 111 ratios and 24 advantages), so a
+# move only redraws.
 
 # %%
 RATIO_GRID = [0.25 + 0.025 * i for i in range(111)]  # 0.25 .. 3.0
+ADV_SIZES = [0.25 * k for k in range(1, 13)]  # the |A| slider's positions, 0.25 .. 3.0
+CLIPS = [round(0.05 * k, 2) for k in range(1, 11)]  # the clip slider's positions, 0.05 .. 0.5
 
 
 @functools.cache
-def clipping_curves(twin: str, adv: float, clip: float):
-    """J and dJ/dlog pi of TWINS[twin].grpo_loss over RATIO_GRID. -> (list, list)"""
-    return nb04.surrogate_curves(TWINS[twin].grpo_loss, RATIO_GRID, adv, clip)
+def clipping_curves(clip: float):
+    """{twin: (J, dJ/dlog pi)} over RATIO_GRID for A = +a and -a, a in ADV_SIZES: one surrogate_grid call per
+    twin. -> {twin: {(A, "J" | "dJ"): list}}"""
+    advs = [a for size in ADV_SIZES for a in (size, -size)]
+    curves = {}
+    for name, twin in TWINS.items():
+        J, dJ = nb04.surrogate_grid(twin.grpo_loss, RATIO_GRID, advs, clip)  # (K, R) each
+        curves[name] = {(a, kind): values[k].tolist() for k, a in enumerate(advs) for kind, values in
+                        (("J", J), ("dJ", dJ))}
+    return curves
+
+
+for c in CLIPS:  # every slider position now: a move only redraws
+    clipping_curves(c)
+print(f"per twin: {len(CLIPS)} clip values x {2 * len(ADV_SIZES)} advantages x {len(RATIO_GRID)} ratios, "
+      f"in {len(CLIPS)} surrogate_grid calls")
 
 
 fig_clip, axes_clip = buggy_vs_fixed(figsize=(9.0, 3.4))
@@ -187,8 +203,9 @@ def update_clipping(clip, adv_size):
     for name, (band, lines) in clip_artists.items():
         band.set_x(1 - clip)
         band.set_width(2 * clip)
+        curves = clipping_curves(round(clip, 2))[name]  # slider values can carry float noise (0.35000000000000003)
         for sign in (+1, -1):
-            J, dJ = clipping_curves(name, sign * adv_size, clip)
+            J, dJ = curves[sign * round(adv_size, 2), "J"], curves[sign * round(adv_size, 2), "dJ"]
             lines[sign, "J"].set_ydata([j / adv_size for j in J])
             lines[sign, "dJ"].set_ydata([g / adv_size for g in dJ])
             zeros[f"{name} A{'>' if sign > 0 else '<'}0"] = nb04.zero_grad_interval(RATIO_GRID, dJ)

@@ -615,8 +615,8 @@ assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # 
 # Adam does *not* cancel is the balance inside the loss: −J scales with s, β·KL does not, so without
 # normalisation the effective penalty weight is β/s (in normalised-advantage units, β/(s·std r)).
 #
-# Five short runs (β = 0.02) with rewards scaled by s ∈ {0.01, 1, 100}, with and without normalisation
-# (the normalised s = 1 run is the β = 0.02 run of notebook 04 §2), computed once; the slider picks s.
+# Six short runs (β = 0.02) with rewards scaled by s ∈ {0.01, 1, 100}, with and without normalisation,
+# computed once (the normalised s = 1 run is the β = 0.02 run of notebook 04 §2, reused); the slider picks s.
 # The reward plotted is the clean echo reward (before scaling).
 
 # %%

@@ -1,6 +1,6 @@
 # make lab   : set up .venv if needed, open JupyterLab on notebooks/
 # make test  : ruff, the test suite (browser tests skip without Debian's chromium), and nbval on every notebook
-# make bench : speed of token_logprobs against public implementations, and of the default CLI run
+# make bench : token_logprobs vs public implementations, the CLI run, notebook times, slider redraws in the browser, the grader (bench/README.md)
 # make mock  : a mock round, practice/round_N.py [ROUND=N] [BUGS=3|k|all] [HARD=1]; then make grade, make hint
 # make scratch : practice/scratch_N.py, the spec's functions as stubs to write [FUNCS=a,b|all]; then make grade FILE=
 # make drill  : the discussion drill in the terminal; make drill REPORT=1 shows your scores per topic

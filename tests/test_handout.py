@@ -151,3 +151,10 @@ def test_no_range_is_written_twice():
             pattern = re.compile(rf"{name}\s*[<>]=?\s*{re.escape(f'{bound:g}')}\b")
             for path in sources:
                 assert not pattern.search(path.read_text()), f"{path.name} writes {name}'s range by hand"
+
+
+def test_readme_catalog_table_is_the_catalog():
+    """The README's spoiler table is a rendering of workbook.catalog.BUGS: same ids, sites and titles."""
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| (B\d+) \| `(\w+)` \| (.+?) \| notebook 01 §(\d+) \|$", readme, re.MULTILINE)
+    assert [(b.id, b.function, b.title) for b in catalog.BUGS] == [row[:3] for row in rows]

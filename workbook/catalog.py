@@ -63,8 +63,8 @@ BUGS = [
         fix="the old log-probs are recomputed from the current policy inside the inner loop: use the batch's "
             "old_logprobs, cached once at rollout from the policy that sampled"),
     Bug("B4", "grpo_loss", "clipping the product ratio * A instead of the ratio",
-        symptom="learning is slower than it should be: tokens whose advantage exceeds 1 + clip get no gradient "
-                "at all, even where the ratio is exactly 1",
+        symptom="learning is slower than it should be: a token gets no gradient wherever ratio * A > 1 + clip, "
+                "so at ratio exactly 1 every token whose advantage exceeds 1 + clip",
         stats=("reward", "loss"),
         probe="one token, ratio 1, A = 2: d loss / d logprob should be -2 (the buggy one is 0)",
         fix="clamp(ratio * A, 1 - c, 1 + c) clips the product: clip the ratio, then multiply, "

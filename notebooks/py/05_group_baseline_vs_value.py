@@ -334,10 +334,11 @@ assert not gf.in_range({"adv_group_mean": prompt_mean["B9"]}, "adv_group_mean")
 # which prompt happens to share its row, and per prompt the advantages no longer average to 0, which the
 # logged `adv_group_mean` catches.
 #
-# That is B9 per sample. In expectation it is mostly variance, as notebook 01 §10.2 measures: within one
-# prompt the B9 advantage is the correct one rescaled plus an offset shared by the prompt's samples, and the
-# offset multiplies $\sum_i \nabla\log\pi(o_i)$, whose mean is 0 (apart from $r_i$'s own share of its row); the
-# rescale re-weights prompts against each other, a smaller bias.
+# That is B9 per sample. On average the update barely moves, as notebook 01 §10.2 measures (the mean update
+# points the same way as the correct one, and one batch's noise is no larger at $B = 2G$): within one prompt the
+# B9 advantage is the correct one rescaled plus an offset shared by the prompt's samples, and the offset
+# multiplies $\sum_i \nabla\log\pi(o_i)$, whose mean is 0 (apart from $r_i$'s own share of its row); the rescale
+# re-weights prompts against each other, a smaller bias.
 # Whether the centring check can see it depends only on the shapes: a row of $B$ consecutive samples stays
 # inside one prompt's group exactly when **$B$ divides $G$** (notebook 01 §10.1). Then every row is a slice of
 # one group, each slice is centred, the check stays silent, and at $B = G$ the advantages are even exactly
@@ -439,7 +440,7 @@ plt.show()
 # > $\sigma^2/G$. A critic trades variance for bias: no sampling noise in $b$, but an approximation error and a
 # > lag that no $G$ fixes. B9's baseline is a biased estimate of $V(x)$ whenever $B$ does not divide $G$; in
 # > the update that bias shows up per sample (flipped signs with graded rewards, signal in groups that have
-# > none) and in expectation mostly as extra variance (notebook 01 §10.2).
+# > none), while the average update barely moves (notebook 01 §10.2).
 # >
 # > **B9 in the catalog.** *Symptom:* the reward curve looks plausible, a little slower or noisier.
 # > *Statistic:* `adv_group_mean` above its healthy range whenever $B$ does not divide $G$; invisible to it
@@ -1086,7 +1087,7 @@ assert final["critic"] > final["group"] and errors[8]["critic"]["mse"] > errors[
 # slice has its own mean and std; notebook 01 §10.1). When $B$ does not divide $G$ a row spans several
 # prompts: the baseline mixes other prompts' values (notebook 05 §3: zero bias at $G = 16$ and 32 with
 # $B = 16$, large at $G = 4$ and 8), signs flip per sample with graded rewards, constant rows zero out real
-# signal, and the centring check fires. In expectation it is mostly extra variance (notebook 01 §10.2).
+# signal, and the centring check fires. On average the update barely moves (notebook 01 §10.2).
 # </details>
 #
 # <details><summary>Answer 3</summary>

@@ -63,8 +63,8 @@ BUGS = [
         fix="the old log-probs are recomputed from the current policy inside the inner loop: use the batch's "
             "old_logprobs, cached once at rollout from the policy that sampled"),
     Bug("B4", "grpo_loss", "clipping the product ratio * A instead of the ratio",
-        symptom="learning is slower than it should be: a token gets no gradient wherever ratio * A > 1 + clip, "
-                "so at ratio exactly 1 every token whose advantage exceeds 1 + clip",
+        symptom="learning is slower than it should be: the samples with the largest positive advantages "
+                "(above 1 + clip) get no gradient at all, even at ratio exactly 1",
         stats=("reward", "loss"),
         probe="one token, ratio 1, A = 2: d loss / d logprob should be -2 (the buggy one is 0)",
         fix="clamp(ratio * A, 1 - c, 1 + c) clips the product: clip the ratio, then multiply, "
@@ -99,8 +99,8 @@ BUGS = [
         fix="k3 = exp(x) - x - 1 needs x = log pi_ref - log pi on tokens sampled from pi; with the log-ratio "
             "reversed it estimates chi-square minus KL"),
     Bug("B9", "batch_advantages", "groups reshaped along the wrong axis (baseline mixes prompts)",
-        symptom="advantages are no longer centred within each prompt's group (invisible when B == G, where "
-                "the wrong reshape happens to be right)",
+        symptom="advantages are no longer centred within each prompt's group (invisible to that statistic when "
+                "B divides G; at B == G the wrong reshape happens to be right)",
         stats=("adv_group_mean",),
         probe="rewards [0, 1, 2, 5, 6, 8] for 2 prompts x 3 samples: each prompt should be normalised within "
               "its own 3 rewards",

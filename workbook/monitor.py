@@ -37,8 +37,12 @@ in_range = grpo_fixed.in_range
 
 
 def render_range(name: str) -> str:
-    """The healthy range of STATS[name] as text, e.g. '<= 0.0001', '= 0', '[0.9, 1.1]', 'finite'."""
-    lo, hi = STATS[name].lo, STATS[name].hi
+    """The healthy range of STATS[name] as text, e.g. '<= 0.0001', '= 0', 'in [0.9, 1.1]', 'finite'."""
+    return render_bounds(STATS[name].lo, STATS[name].hi)
+
+
+def render_bounds(lo: float, hi: float) -> str:
+    """A healthy range [lo, hi] (finite values only) as text: '= 0', '>= 0.01', '<= 0.0001', 'in [a, b]', 'finite'."""
     if lo == hi:
         return f"= {lo:g}"
     if math.isinf(lo) and math.isinf(hi):

@@ -32,7 +32,6 @@ import importlib.util
 import inspect
 import io
 import json
-import math
 import multiprocessing
 import os
 import random
@@ -46,7 +45,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbook import catalog
+from workbook import catalog, monitor
 
 ROOT = catalog.ROOT
 PRACTICE = ROOT / "practice"
@@ -753,24 +752,9 @@ def statistic_line(name: str) -> str:
         meaning, healthy = (list(row) + ["", ""])[:2]
     else:
         meaning = getattr(row, "meaning", "")
-        healthy = healthy_range(getattr(row, "lo", None), getattr(row, "hi", None))
+        lo, hi = getattr(row, "lo", None), getattr(row, "hi", None)
+        healthy = "" if lo is None or hi is None else monitor.render_bounds(lo, hi)
     return f"{name}: {meaning}" + (f" (healthy: {healthy})" if healthy else "")
-
-
-def healthy_range(lo, hi) -> str:
-    """'0', '>= 0.01', 'finite' or '0.9 to 1.1' for a healthy range [lo, hi]."""
-    if lo is None or hi is None:
-        return ""
-    finite = lambda x: -math.inf < x < math.inf
-    if lo == hi:
-        return f"{lo:g}"
-    if not finite(lo) and not finite(hi):
-        return "finite"
-    if not finite(hi):
-        return f">= {lo:g}"
-    if not finite(lo):
-        return f"<= {hi:g}"
-    return f"{lo:g} to {hi:g}"
 
 
 def fix_lines(bug_id: str) -> list[str]:

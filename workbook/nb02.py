@@ -13,13 +13,13 @@ import copy
 import functools
 from dataclasses import dataclass
 
-import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.transforms import blended_transform_factory
 
 import grpo_fixed
 from workbook.plots import BUGGY, FIXED, REFERENCE
+from workbook.widgets import choice as widgets_choice
 
 TASK = grpo_fixed.EchoTask()
 SMALL = dict(prompts_per_batch=8, group_size=8)
@@ -140,9 +140,7 @@ DRIFT_CAPTION = ("Band: 5-95% of the true ratio pi_k / pi_old, thin lines: its m
 
 def choice(values, value, description: str, fmt: str = "g"):
     """A slider over a few values (each a replay to cache), labelled with format(v, fmt); fires on release."""
-    return widgets.SelectionSlider(options=[(format(v, fmt), v) for v in values], value=value,
-                                   description=description, continuous_update=False,
-                                   style={"description_width": "initial"})
+    return widgets_choice([(format(v, fmt), v) for v in values], value, description)
 
 
 class _DriftPanel:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 
-import ipywidgets as widgets
 import torch
 from torch.func import vmap
 
 import grpo_fixed
 from workbook.catalog import hybrid
+from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
 
 # ----------------------------------------------------------------------------------------------
 # 1. Clipping: the surrogate and its gradient as functions of the ratio
@@ -210,7 +210,3 @@ def pg_grad_norm(advantage_fn, reward_scale: float, *, seed=0, prompts_per_batch
     return torch.cat([p.grad.flatten() for p in policy.parameters()]).norm().item()
 
 
-def choice(labels, value, description: str):
-    """A slider over a few precomputed settings (their labels); fires on release only."""
-    return widgets.SelectionSlider(options=list(labels), value=value, description=description,
-                                   continuous_update=False, style={"description_width": "initial"})

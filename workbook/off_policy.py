@@ -17,12 +17,12 @@ import functools
 import itertools
 import math
 
-import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 
 import grpo_fixed
 from workbook.catalog import swapped
+from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
 
 PRECISIONS = {
     "float32": torch.float32,
@@ -313,10 +313,6 @@ def sampler_batch(policy, precision: str, seed: int = 0, prompts_per_batch: int 
 # Figures and controls
 
 
-def choice(options, value, description: str):
-    """A slider over a few precomputed settings (labels or (label, value) pairs); fires on release only."""
-    return widgets.SelectionSlider(options=list(options), value=value, description=description,
-                                   continuous_update=False, style={"description_width": "initial"})
 
 
 

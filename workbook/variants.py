@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import ipywidgets as widgets
 import torch
 
 import grpo_fixed
 from workbook.catalog import swapped
+from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
 
 
 def build(label: str, *, wrap: dict | None = None, **functions):
@@ -193,8 +193,3 @@ def plot_runs(ax, runs: dict, values, *, colors: dict | None = None, n: int = 5,
     return ax
 
 
-def choice(options, value, description: str):
-    """A slider over a few precomputed settings (a list of values); fires on release only, so a move
-    replays one cached run and never queues redraws."""
-    return widgets.SelectionSlider(options=list(options), value=value, description=description,
-                                   continuous_update=False, style={"description_width": "initial"})

@@ -82,6 +82,13 @@ def slider(value, lo, hi, step, description, *, integer=False, log=False):
                continuous_update=False, style={"description_width": "initial"})
 
 
+
+def choice(options, value, description):
+    """A slider over a few precomputed settings (labels, or (label, value) pairs) that fires on release only,
+    so a move replays one cached result and never queues redraws."""
+    return widgets.SelectionSlider(options=list(options), value=value, description=description,
+                                   continuous_update=False, style={"description_width": "initial"})
+
 # ---- live_plot ------------------------------------------------------------------------------------
 
 

@@ -191,15 +191,22 @@ def donor_blocks(donor: str, names: list[str], present: set[str]) -> dict[str, s
 
 def splice(target: str, donor: str, names: list[str]) -> str:
     """`target` source with each top-level function in `names` replaced by the donor's version."""
-    tree = ast.parse(target)
-    bound = top_level(tree)
-    blocks = donor_blocks(donor, names, set(bound))
-    lines = target.splitlines(keepends=True)
-    for name in sorted(names, key=lambda n: -span(bound[n])[0]):  # bottom up: line numbers stay valid
+    blocks = donor_blocks(donor, names, set(top_level(ast.parse(target))))
+    return replace_functions(target, {name: blocks[name] for name in names})
+
+
+def replace_functions(source: str, texts: dict[str, str], *, decorators: bool = True) -> str:
+    """`source` with each top-level function named in `texts` replaced by that text, verbatim; with
+    decorators=False the function's decorators stay and only its `def` to its last line is replaced.
+    ValueError for a name that is not a top-level function."""
+    bound = top_level(ast.parse(source))
+    for name in texts:
         if not isinstance(bound.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise ValueError(f"no top-level function {name!r} to replace")
-        first, last = span(bound[name])
-        lines[first - 1 : last] = blocks[name].splitlines(keepends=True)
+    lines = source.splitlines(keepends=True)
+    for name in sorted(texts, key=lambda n: -bound[n].lineno):  # bottom up: line numbers stay valid
+        first, last = span(bound[name]) if decorators else (bound[name].lineno, bound[name].end_lineno)
+        lines[first - 1 : last] = texts[name].splitlines(keepends=True)
     return "".join(lines)
 
 

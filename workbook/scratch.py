@@ -71,16 +71,11 @@ def function_nodes(source: str) -> dict[str, ast.FunctionDef]:
 def splice(source: str, replacements: dict[str, str]) -> str:
     """`source` with each named top-level function (its `def` line to its last line; decorators stay)
     replaced by the given text. KeyError for a name that is not a top-level function."""
-    nodes = function_nodes(source)
-    missing = sorted(set(replacements) - set(nodes))
-    if missing:
-        raise KeyError(f"no top-level function {missing} in the source")
-    lines = source.splitlines(keepends=True)
-    for name in sorted(replacements, key=lambda n: nodes[n].lineno, reverse=True):
-        node = nodes[name]
-        text = replacements[name].rstrip("\n") + "\n"
-        lines[node.lineno - 1 : node.end_lineno] = [text]
-    return "".join(lines)
+    try:
+        return practice.replace_functions(
+            source, {name: text.rstrip("\n") + "\n" for name, text in replacements.items()}, decorators=False)
+    except ValueError as error:
+        raise KeyError(str(error)) from None
 
 
 def function_header(source: str, node: ast.FunctionDef) -> str:

@@ -12,7 +12,7 @@ import torch
 
 import grpo_fixed
 from workbook import off_policy as op
-from workbook.catalog import swapped
+from workbook.swap import fixed_with
 
 TASK = grpo_fixed.EchoTask()
 
@@ -42,14 +42,14 @@ def test_round_to_is_the_identity_in_float32_and_bounded_in_bfloat16():
 def test_float32_sampler_reproduces_the_twins_rollout_exactly():
     policy = fresh_policy()
     plain, _ = one_batch(grpo_fixed, policy)
-    same, _ = one_batch(swapped("t_fp32", generate=op.rounded_generate(torch.float32)), policy)
+    same, _ = one_batch(fixed_with("t_fp32", generate=op.rounded_generate(torch.float32)), policy)
     for key in ("completions", "mask", "sampler_logprobs", "old_logprobs", "advantages"):
         assert torch.equal(plain[key], same[key]), key
 
 
 def test_bfloat16_sampler_logprobs_are_the_rounded_distributions():
     policy = fresh_policy()
-    batch, _ = one_batch(swapped("t_bf16", generate=op.rounded_generate(torch.bfloat16)), policy)
+    batch, _ = one_batch(fixed_with("t_bf16", generate=op.rounded_generate(torch.bfloat16)), policy)
     logits = op.round_to(grpo_fixed.completion_logits(policy, batch["prompts"], batch["completions"]),
                          torch.bfloat16) / grpo_fixed.Config.temperature  # (N, T, V), what the sampler saw
     expected = torch.log_softmax(logits, -1).gather(-1, batch["completions"][..., None]).squeeze(-1)
@@ -82,7 +82,7 @@ def updated(update_policy, seed=0):
 
 
 def test_update_policy_with_plain_loss_is_the_twins_update_policy():
-    m = swapped("t_plain", update_policy=op.update_policy_with(op.plain_grpo_loss))
+    m = fixed_with("t_plain", update_policy=op.update_policy_with(op.plain_grpo_loss))
     params_twin, records_twin = updated(grpo_fixed.update_policy)
     params_ours, records_ours = updated(m.update_policy)
     assert torch.equal(params_twin, params_ours)
@@ -96,7 +96,7 @@ def test_update_policy_with_passes_the_sampler_logprobs_to_the_loss():
         seen.append((sampler_logprobs.shape, clip))
         return op.plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip)
 
-    m = swapped("t_spy", update_policy=op.update_policy_with(spy))
+    m = fixed_with("t_spy", update_policy=op.update_policy_with(spy))
     params_ours, _ = updated(m.update_policy)
     cfg = grpo_fixed.make_config(**op.SHORT)
     assert len(seen) == cfg.inner_epochs * cfg.minibatches
@@ -108,7 +108,7 @@ def test_a_different_loss_changes_the_update():
     def doubled(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip):
         return 2 * op.plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip)
 
-    m = swapped("t_doubled", update_policy=op.update_policy_with(doubled))
+    m = fixed_with("t_doubled", update_policy=op.update_policy_with(doubled))
     assert not torch.equal(updated(m.update_policy)[0], updated(grpo_fixed.update_policy)[0])
 
 
@@ -124,7 +124,7 @@ def test_float32_mismatch_run_is_the_plain_twin():
 
 
 def test_stale_rollout_samples_from_the_policy_k_iterations_old():
-    m = swapped("t_stale")
+    m = fixed_with("t_stale")
     cfg = m.make_config(prompts_per_batch=4)
     log_w = []
     policy = fresh_policy()

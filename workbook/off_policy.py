@@ -3,7 +3,7 @@ sampler-mismatch runners (cached), exact expected gradients on EchoTask by enume
 
 The code the notebook teaches (the truncated-IS weight and loss, the effective sample size) stays in the
 notebook and is passed in; nothing here decides how a weight is computed. Every runner is a
-`catalog.swapped` copy of grpo_fixed with `generate`, `rollout` and/or `update_policy` replaced, so
+`swap.fixed_with` copy of grpo_fixed with `generate`, `rollout` and/or `update_policy` replaced, so
 `train()` of the copy drives it. Runners record, per iteration, the per-token log importance weights
 log w_t = log pi_trainer(y_t) - log pi_sampler(y_t) on the sampled tokens, from which the notebook
 computes its statistics.
@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import grpo_fixed
-from workbook.catalog import swapped
+from workbook.swap import fixed_with
 from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
 
 PRECISIONS = {
@@ -75,9 +75,9 @@ class RoundedLogits:
 
 
 def rounded_generate(dtype: torch.dtype):
-    """A `generate` for catalog.swapped: the twins' generate, sampling from logits rounded to `dtype`.
+    """A `generate` for swap.fixed_with: the twins' generate, sampling from logits rounded to `dtype`.
     Its sampler_logprobs are the rounded distribution's, as an inference engine would return them."""
-    fixed_generate, wrap = grpo_fixed.generate, RoundedLogits  # closure cells: swapped() rebinds the globals
+    fixed_generate, wrap = grpo_fixed.generate, RoundedLogits  # closure cells: fixed_with() rebinds the globals
 
     def generate(policy, prompts, task, temperature, generator=None):
         return fixed_generate(wrap(policy, dtype), prompts, task, temperature, generator)
@@ -155,7 +155,7 @@ def run_mismatch(precision: str, tis=None, cap: float = math.inf, seed: int = 0)
     -> dict(history, log_w, policy): stats per iteration, per iteration the log weights (n_tokens,), and
     the trained policy (float32)."""
     out = dict(log_w=[])
-    m = swapped(f"mismatch_{precision}", generate=rounded_generate(PRECISIONS[precision]),
+    m = fixed_with(f"mismatch_{precision}", generate=rounded_generate(PRECISIONS[precision]),
                 update_policy=update_policy_with(_tis_term(tis, cap)))
     fixed_rollout = m.rollout
 
@@ -203,7 +203,7 @@ def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 
     if (anchor == "current + TIS") != (tis is not None):
         raise ValueError("pass tis exactly when anchor is 'current + TIS'")
     out = dict(log_w=[])
-    m = swapped(f"stale_{k}", update_policy=update_policy_with(_tis_term(tis, cap)))
+    m = fixed_with(f"stale_{k}", update_policy=update_policy_with(_tis_term(tis, cap)))
     m.rollout = stale_rollout(k, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, out["log_w"])
     out["history"] = m.train(seed=seed, **SHORT)
     return out
@@ -304,7 +304,7 @@ def relative_error(g, g_true) -> float:
 def sampler_batch(policy, precision: str, seed: int = 0, prompts_per_batch: int = 64):
     """One rollout batch of the twins' rollout from `policy`, sampled with logits rounded to
     PRECISIONS[precision]; old_logprobs are the float32 trainer's. -> (batch, stats)"""
-    m = swapped(f"sampler_{precision}", generate=rounded_generate(PRECISIONS[precision]))
+    m = fixed_with(f"sampler_{precision}", generate=rounded_generate(PRECISIONS[precision]))
     cfg = m.make_config(prompts_per_batch=prompts_per_batch)
     return m.rollout(policy, policy, m.EchoTask(), cfg, torch.Generator().manual_seed(seed))
 

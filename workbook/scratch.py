@@ -13,7 +13,7 @@ spec sentences it is graded on) and raises NotImplementedError.
 Grading prints one line per spec sentence, `pass` or `fail`; a failure shows the smallest input
 that exposes it with "yours" beside "expected" (the Tensor-Puzzles habit: it prints, it never
 raises). Each sentence is checked on a fresh grpo_fixed copy with only the learner's versions of the
-sentence's own functions swapped in (`catalog.swapped`), so a mistake is charged to the sentence it
+sentence's own functions swapped in (`swap.fixed_with`), so a mistake is charged to the sentence it
 breaks and to nothing else. Sites outside the spec's three are graded by the catalog tests that name
 their bug (tests/test_catalog.py). When no stub raises NotImplementedError any more, the learner's
 functions train the default run, and the final reward is printed beside the fixed twin's.
@@ -650,9 +650,9 @@ def limited(seconds: float):
 
 
 def graded_copy(learner: types.ModuleType, funcs: tuple[str, ...], label: str) -> types.ModuleType:
-    """A fresh grpo_fixed with the learner's versions of `funcs` swapped in (`catalog.swapped`); the
+    """A fresh grpo_fixed with the learner's versions of `funcs` swapped in (`swap.fixed_with`); the
     learner's own extra top-level names (helpers, imports) are added so their functions find them."""
-    module = catalog.swapped("scratch_" + label, **{f: getattr(learner, f) for f in funcs})
+    module = fixed_with("scratch_" + label, **{f: getattr(learner, f) for f in funcs})
     for name, value in vars(learner).items():
         if not name.startswith("__") and name not in vars(module):
             setattr(module, name, value)
@@ -754,7 +754,7 @@ def training_outcome(learner: types.ModuleType, funcs: tuple[str, ...], **overri
     with quiet_torch():
         with limited(TRAIN_SECONDS):
             yours = call(lambda: train_run(module, **overrides))
-        fixed = train_run(catalog.swapped("scratch_reference"), **overrides)
+        fixed = train_run(fixed_with("scratch_reference"), **overrides)
     steps = fixed["steps"]
     title = f"Training: the default run (seed 0, {steps} iterations) with your functions."
     if isinstance(yours, Raised):

@@ -1,7 +1,7 @@
 """Machinery for notebook 06 (GRPO variants): build a variant, run it through its own train(), cache
 the run, and draw comparisons.
 
-A variant is a fresh copy of grpo_fixed with one or two functions replaced (`catalog.swapped`, the
+A variant is a fresh copy of grpo_fixed with one or two functions replaced (`swap.fixed_with`, the
 catalog's hybrid mechanism), optionally with a wrapper around one of the copy's own functions (a
 rollout that adds a KL penalty to the rewards, masks truncated completions, or resamples groups).
 The code each variant teaches (the equation) lives in the notebook; this module only builds, runs,
@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 import torch
 
 import grpo_fixed
-from workbook.catalog import swapped
+from workbook.swap import fixed_with
 from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
 
 
 def build(label: str, *, wrap: dict | None = None, **functions):
     """A fresh grpo_fixed copy named grpo_fixed_<label>: `functions` replace top-level functions
-    (rebound to the copy, see catalog.swapped), then each wrap[site] = factory(module) replaces
+    (rebound to the copy, see swap.fixed_with), then each wrap[site] = factory(module) replaces
     module.site with factory's result (the factory reads the copy's own function to wrap it)."""
-    module = swapped(label, **functions)
+    module = fixed_with(label, **functions)
     for site, factory in (wrap or {}).items():
         if not callable(getattr(module, site, None)):
             raise ValueError(f"grpo_fixed has no function {site!r} to wrap")

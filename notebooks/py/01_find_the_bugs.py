@@ -88,7 +88,8 @@ from IPython.display import display
 import grpo_buggy
 import grpo_fixed
 from workbook import nb01
-from workbook.catalog import BUG_IDS, BUGS, hybrid, swapped
+from workbook.catalog import BUG_IDS, BUGS, hybrid
+from workbook.swap import fixed_with
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
 from workbook.widgets import live_plot, set_value, slider
@@ -1212,7 +1213,7 @@ plt.show()
 # minibatch holds $N = 4$ sequences of $T = 4$ tokens (2 prompts x 4 samples, 2 minibatches):
 
 # %%
-MISBROADCAST = swapped("misbroadcast", grpo_loss=grpo_loss_misbroadcast)
+MISBROADCAST = fixed_with("misbroadcast", grpo_loss=grpo_loss_misbroadcast)
 history_mb = MISBROADCAST.train(seed=0, steps=3, prompts_per_batch=2, group_size=4)
 print("health checks that fail per iteration:", [s["health"] for s in history_mb])
 assert all(s["health"] == [] for s in history_mb) and not grpo_fixed.preflight(MISBROADCAST)

@@ -46,7 +46,8 @@ import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from grpo_fixed import masked_mean
 from workbook import nb02
-from workbook.catalog import hybrid, swapped
+from workbook.catalog import hybrid
+from workbook.swap import fixed_with
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, curves
 from workbook.widgets import live_plot, set_value, slider
@@ -720,11 +721,11 @@ assert windows[-1.0, "no exp"][0] > 0.79 and windows[1.0, "no exp"][1] > 1.19  #
 # the `exp` curves' slope: the gradient is $A\rho$, the importance weight at work; the no-exp one is flat.
 #
 # Can it still train? A short run of each (40 iterations, 8 prompts per batch, seed 0), the no-exp run
-# being the fixed twin with only `grpo_loss` swapped (`catalog.swapped`):
+# being the fixed twin with only `grpo_loss` swapped (`swap.fixed_with`):
 
 # %%
 history_fixed = grpo_fixed.train(seed=0, steps=40, prompts_per_batch=8)
-history_no_exp = swapped("no_exp", grpo_loss=grpo_loss_no_exp).train(seed=0, steps=40, prompts_per_batch=8)
+history_no_exp = fixed_with("no_exp", grpo_loss=grpo_loss_no_exp).train(seed=0, steps=40, prompts_per_batch=8)
 late = {}
 for name, h in [("exp (fixed)", history_fixed), ("no exp", history_no_exp)]:
     early, late[name] = sum(s["reward"] for s in h[:5]) / 5, sum(s["reward"] for s in h[-10:]) / 10
@@ -850,7 +851,7 @@ policy_c.eval()
 graph_batch = dict(batch, old_logprobs=grpo_fixed.policy_logprobs(policy_c, batch["prompts"], batch["completions"],
                                                                  cfg.temperature))  # cached with its graph
 outcome = {}
-for name, module in [("grpo_fixed", grpo_fixed), ("no detach", swapped("no_detach", grpo_loss=grpo_loss_no_detach))]:
+for name, module in [("grpo_fixed", grpo_fixed), ("no detach", fixed_with("no_detach", grpo_loss=grpo_loss_no_detach))]:
     policy_c, optimizer_c = nb02.restore(snap)
     try:
         recs = module.update_policy(policy_c, optimizer_c, graph_batch, cfg, torch.Generator().manual_seed(0))

@@ -19,7 +19,7 @@
 # change in the gradient, and which would you turn on?"*
 #
 # Every variant below is one twin function swapped for another (the catalog's hybrid mechanism,
-# `catalog.swapped`), so the twins stay hand-out sized. Each section has the equation, the switch's name
+# `swap.fixed_with`), so the twins stay hand-out sized. Each section has the equation, the switch's name
 # in TRL and in verl (quoted from the file and version we read), a tiny input that shows the difference
 # exactly, a short training comparison, a slider where a knob exists, and a catalog-style note: symptom,
 # the statistic that shows it, the fix.

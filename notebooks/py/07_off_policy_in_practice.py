@@ -35,7 +35,7 @@
 # Each section gives the switch's name in TRL and in verl, quoted from the file and commit we read, and
 # ends with a catalog-style note: symptom, the statistic that shows it, the fix. The code being taught
 # (the truncated weight, the corrected loss, the ESS) is in the cells below; `workbook/off_policy.py` only
-# swaps functions of a fresh `grpo_fixed` copy (`catalog.swapped`), runs and caches the training runs,
+# swaps functions of a fresh `grpo_fixed` copy (`swap.fixed_with`), runs and caches the training runs,
 # enumerates completions and draws.
 
 # %%

@@ -6,6 +6,7 @@ functions' buggy versions: each still calls the *fixed* helpers around it (one b
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -48,6 +48,7 @@ import torch
 
 import grpo_fixed
 from workbook import catalog, practice
+from workbook.swap import fixed_with
 
 ROOT = catalog.ROOT
 PRACTICE_DIR = ROOT / "practice"

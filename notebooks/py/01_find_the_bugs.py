@@ -89,9 +89,9 @@ import grpo_buggy
 import grpo_fixed
 from workbook import nb01
 from workbook.catalog import BUG_IDS, BUGS, hybrid
-from workbook.swap import fixed_with
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
+from workbook.swap import fixed_with
 from workbook.widgets import live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need

@@ -47,9 +47,9 @@ import workbook  # noqa: F401  (one torch thread)
 from grpo_fixed import masked_mean
 from workbook import nb02
 from workbook.catalog import hybrid
-from workbook.swap import fixed_with
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, curves
+from workbook.swap import fixed_with
 from workbook.widgets import live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need

@@ -1,0 +1,1 @@
+"""Support for the twins (being written)."""

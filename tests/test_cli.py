@@ -1,4 +1,5 @@
-"""The command line of both twins, run as a user would: `python grpo_fixed.py [--steps N] [--seed S] [--json]`."""
+"""The command line of both twins (grpo_support.run_cli), run as a user would: `python grpo_fixed.py [--steps N]
+[--seed S] [--json]`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ import pytest
 
 import grpo_buggy
 import grpo_fixed
+import grpo_support
 
 ROOT = Path(grpo_fixed.__file__).resolve().parent
 TWINS = {"fixed": grpo_fixed, "buggy": grpo_buggy}
+
+
+def main(twin, argv):
+    """The twin's command line in-process (no interpreter start-up): what `python grpo_<twin>.py argv` runs."""
+    module = TWINS[twin]
+    return grpo_support.run_cli(module.train, module.make_config, module.__doc__.splitlines()[0], argv)
 
 
 def run_cli(twin, *args):
@@ -39,7 +47,7 @@ def test_json_summary_is_the_last_line(twin):
     assert "WARNING" not in proc.stderr, proc.stderr
     # the same run in-process gives the same reward: one thread and a seeded generator make it deterministic
     history = TWINS[twin].train(seed=1, steps=3)
-    assert summary["final_reward"] == pytest.approx(TWINS[twin].summarize_run(history, 0.0)["final_reward"], abs=1e-9)
+    assert summary["final_reward"] == pytest.approx(grpo_support.summarize_run(history, 0.0)["final_reward"], abs=1e-9)
 
 
 @pytest.mark.parametrize("twin", TWINS)
@@ -67,7 +75,7 @@ def test_steps_zero_is_a_usage_error():
 def test_bad_arguments_exit_with_usage_error(twin, argv, capsys):
     """In-process (no interpreter start-up): the same argparse path as the subprocess test above."""
     with pytest.raises(SystemExit) as exc:
-        TWINS[twin].main([*argv, "--json"])
+        main(twin, [*argv, "--json"])
     assert exc.value.code == 2
     err = capsys.readouterr()
     assert "usage" in err.err and err.out == ""
@@ -75,16 +83,16 @@ def test_bad_arguments_exit_with_usage_error(twin, argv, capsys):
 
 @pytest.mark.parametrize("twin", TWINS)
 def test_main_in_process_returns_the_summary(twin, capsys):
-    summary = TWINS[twin].main(["--steps", "1", "--json", "--seed", "2"])
+    summary = main(twin, ["--steps", "1", "--json", "--seed", "2"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
 
 
 @pytest.mark.parametrize("twin", TWINS)
 def test_every_config_field_is_a_flag(twin, capsys):
     """--group_size 3 --prompts_per_batch 2 is the B != G experiment as a plain command."""
-    summary = TWINS[twin].main(["--steps", "2", "--group_size", "3", "--prompts_per_batch", "2", "--json"])
+    summary = main(twin, ["--steps", "2", "--group_size", "3", "--prompts_per_batch", "2", "--json"])
     history = TWINS[twin].train(seed=0, steps=2, group_size=3, prompts_per_batch=2)
-    assert summary["final_reward"] == pytest.approx(TWINS[twin].summarize_run(history, 0.0)["final_reward"])
+    assert summary["final_reward"] == pytest.approx(grpo_support.summarize_run(history, 0.0)["final_reward"])
     flags = capsys.readouterr()
     assert flags.err == ""
 
@@ -97,7 +105,7 @@ def test_every_config_field_is_a_flag(twin, capsys):
 ])
 def test_bad_config_values_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
-        grpo_fixed.main([*argv, "--json"])
+        main("fixed", [*argv, "--json"])
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 

@@ -11,9 +11,16 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 .PHONY: venv lab test test-fast test-browser notebooks bench clean mock grade hint scratch drill
 
-$(STAMP): requirements.txt pyproject.toml
+# The environment: the pinned requirements, then JupyterLab's settings override (jupyter/overrides.json: never
+# fetch Jupyter news, so a first start asks nothing about it, and no update check) as the environment's own
+# default settings; a changed override re-runs this recipe.
+LAB_OVERRIDES := .venv/share/jupyter/lab/settings/overrides.json
+
+$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	mkdir -p $(dir $(LAB_OVERRIDES))
+	cp jupyter/overrides.json $(LAB_OVERRIDES)
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,4 +1,4 @@
-"""Variants of token_logprobs benchmarked beside workbook.logprobs.token_logprobs (which is now the fused
+"""Variants of token_logprobs benchmarked beside bench/token_logprobs.py (which is now the fused
 autograd.Function these experiments led to).
 
 Why they can be faster on CPU (torch 2.13): torch.logsumexp is a composite op, amax, then
@@ -9,7 +9,7 @@ a faster exp, one write), about twice as fast per element. Its autograd node, ho
 
 - chunked_log_softmax: log_softmax + gather chunk by chunk. Fast and lean under no_grad (old and
   reference log-probs); under autograd the chunks' outputs are kept: a logits-sized tensor in total.
-- workbook.logprobs.token_logprobs (ours, adopted from these prototypes): a torch.autograd.Function. Forward =
+- token_logprobs.token_logprobs (ours, adopted from these prototypes): a torch.autograd.Function. Forward =
   chunked log_softmax + gather, saving only (logits, tokens). Backward = g * (onehot(token) -
   softmax(logits)), chunk by chunk, written into the one (..., T, V) gradient tensor any implementation
   must return.

@@ -30,18 +30,18 @@ from pathlib import Path
 
 import alternatives
 import reference_impls
+import token_logprobs as kernel
 import torch
 
 import grpo_buggy
-from workbook import logprobs
 
-OURS = "workbook.logprobs.token_logprobs (ours)"
+OURS = "bench/token_logprobs.py (ours)"
 BUGGY = "grpo_buggy.token_logprobs (B7)"
 
 
 def implementations(compiled: bool, info: dict) -> dict:
     """label -> fn(logits (..., T, V), tokens (..., T)) -> (..., T); info["compile"] says why compile is out."""
-    impls = {OURS: logprobs.token_logprobs, **reference_impls.PUBLIC}
+    impls = {OURS: kernel.token_logprobs, **reference_impls.PUBLIC}
     problem = reference_impls.compile_problem() if compiled else "skipped (--no-compile)"
     info["compile"] = problem or "ok"
     if problem:
@@ -217,7 +217,7 @@ def meta(shape, threads):
         cpu=platform.processor() or platform.machine(),
         cores=os.cpu_count(),
         loadavg_start=list(os.getloadavg()),
-        fixed_chunk_elements=logprobs.LOGPROB_CHUNK,
+        fixed_chunk_elements=kernel.LOGPROB_CHUNK,
     )
 
 

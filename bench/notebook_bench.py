@@ -2,12 +2,11 @@
 
 Each notebooks/NN_*.ipynb is copied into a temporary directory and executed there with nbclient
 (never in place; nothing is written back). Cells are timed from the first cell to the last, kernel
-start-up excluded (reported apart). Then, in the same kernel, a timing cell finds every slider widget
-(workbook.widgets.LivePlot, and the deprecated `interactive` that live_figure returns), moves its first
-slider one step and back three times, and reports the median time of the synchronous redraw: update()
-plus the Agg draw and PNG encode for a live_plot (draw function, plt.show() and inline PNG for an
-`interactive`). The browser adds the round trip on top: bench/redraw_bench.py measures that end to end
-(key press to new image), which is the number the redraw targets are about.
+start-up excluded (reported apart). Then, in the same kernel, a timing cell finds every slider figure
+(workbook.widgets.LivePlot), moves its first slider one step and back three times, and reports the median
+time of the synchronous redraw: update() plus the Agg draw and PNG encode. The browser adds the round trip
+on top: bench/redraw_bench.py measures that end to end (key press to new image), which is the number the
+redraw targets are about.
 """
 
 from __future__ import annotations
@@ -43,16 +42,12 @@ def _neighbour(ctl):
 
 _SLIDERS = (_w.IntSlider, _w.FloatSlider, _w.FloatLogSlider, _w.SelectionSlider)
 
-def _controls(w):
-    """The controls of a slider widget: a LivePlot's, or an interactive's children but the Output."""
-    return list(w.controls.values()) if hasattr(w, "controls") else w.children[:-1]
-
 def _bench_redraws(limit=6, moves=3):
     from workbook.widgets import LivePlot
     rows = []
-    found = [o for o in _gc.get_objects() if isinstance(o, (_w.interactive, LivePlot))]
+    found = [o for o in _gc.get_objects() if isinstance(o, LivePlot)]
     for w in found[:limit]:
-        ctl = next((c for c in _controls(w) if isinstance(c, _SLIDERS)), None)
+        ctl = next((c for c in w.controls.values() if isinstance(c, _SLIDERS)), None)
         if ctl is None:
             continue
         start_value, times = ctl.value, []

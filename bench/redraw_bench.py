@@ -6,9 +6,9 @@
 Opens each notebook (a copy, in a temporary directory) in JupyterLab in Debian's Chromium, runs all
 cells, checks that every live_plot figure matches its sliders, then sweeps the first SLIDERS sliders of
 every slider widget with the arrow keys (lab_driver.MOVES: three steps one way, two back) and times each
-move inside the browser, from keydown to the new image (workbook/lab_driver.py; the browser test uses the
-same code). The harness notebooks (lab_driver.HARNESSES) measure the machinery alone: a trivial live_plot
-figure, a three-axes figure with lines and bars, and the deprecated live_figure.
+move inside the browser, from keydown to the new image (tests/browser/lab_driver.py; the browser test uses
+the same code). The harness notebooks (lab_driver.HARNESSES) measure the machinery alone: a trivial live_plot
+figure, and a three-axes figure with lines and bars, drawn in full or blitted.
 
 Target (issue 12): median <= 0.15 s and worst <= 0.3 s per notebook on the project's 2-core machine.
 Results: bench/results/redraw.json. The machine may be shared: the load average is recorded.
@@ -20,14 +20,16 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from workbook import lab_driver as lab
-
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+sys.path.append(str(ROOT / "tests" / "browser"))  # the browser driver lives beside the browser test it serves
+import lab_driver as lab  # noqa: E402
+
 NOTEBOOKS = ROOT / "notebooks"
 RESULTS = BENCH / "results"
 SLIDERS = 3
@@ -48,12 +50,12 @@ def bench_one(page, url: str, name: str, moves=lab.MOVES, sliders: int = SLIDERS
         row["error"] = f"run-all: errors {state['errors']}, {state['pending']} cells not run"
         return row
     row["markers"] = lab.check_markers(page)
-    found = lab.widgets_on_page(page)
-    row["widgets"] = [kind for kind, _ in found]
-    for w_index, (kind, widget) in enumerate(found):
+    found = lab.live_plots_on_page(page)
+    row["widgets"] = len(found)
+    for w_index, widget in enumerate(found):
         for s_index in range(min(sliders, lab.sliders_of(widget).count())):
-            for move in lab.sweep(page, kind, widget, s_index, moves):
-                row["moves"].append(dict(move, widget=w_index, kind=kind))
+            for move in lab.sweep(page, widget, s_index, moves):
+                row["moves"].append(dict(move, widget=w_index))
     times = [m["seconds"] for m in row["moves"]]
     if times:
         row.update(median_s=statistics.median(times), worst_s=max(times))
@@ -116,15 +118,14 @@ def redraw_table(rows: list[dict]) -> list[str]:
         return ["redraw (browser): not measured"]
     lines = [f"slider redraw in Chromium, key press to new image (target: median <= {TARGET_MEDIAN_S} s, "
              f"worst <= {TARGET_WORST_S} s)",
-             f"{'notebook':36s} {'machinery':>11s} {'moves':>5s} {'median s':>9s} {'worst s':>8s} {'figures ok':>10s} "
+             f"{'notebook':36s} {'moves':>5s} {'median s':>9s} {'worst s':>8s} {'figures ok':>10s} "
              f"{'verdict':>7s}  load avg"]
     for r in rows:
-        kinds = sorted(set(r.get("widgets", []))) or ["-"]
         figures = f"{sum(1 for m in r['markers'] if not m['mismatches'])}/{len(r['markers'])}"
         median = f"{r['median_s']:9.3f}" if "median_s" in r else f"{'-':>9s}"
         worst = f"{r['worst_s']:8.3f}" if "worst_s" in r else f"{'-':>8s}"
         load = r.get("loadavg", [float("nan")] * 2)
-        lines.append(f"{r['notebook'].removesuffix('.ipynb'):36s} {'+'.join(kinds):>11s} {len(r['moves']):5d} {median} "
+        lines.append(f"{r['notebook'].removesuffix('.ipynb'):36s} {len(r['moves']):5d} {median} "
                      f"{worst} {figures:>10s} {verdict(r):>7s}  {load[0]:.1f} -> {load[1]:.1f}"
                      + (f"  {r['error']}" if r["error"] else ""))
     return lines

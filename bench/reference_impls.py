@@ -1,5 +1,5 @@
 """Public implementations of per-token log-probs, rewritten here (same operations, same order) to
-benchmark workbook.logprobs.token_logprobs against them. Each takes logits (..., T, V) and tokens (..., T)
+benchmark bench/token_logprobs.py against them. Each takes logits (..., T, V) and tokens (..., T)
 and returns log softmax(logits)[token] with shape (..., T).
 
 Sources (read in November 2026):

@@ -1,4 +1,4 @@
-"""Why workbook.logprobs.token_logprobs is slower than log_softmax-based code on CPU: per-op timings.
+"""Why the chunked kernel (bench/token_logprobs.py) is slower than log_softmax-based code on CPU: per-op timings.
 
   .venv/bin/python bench/why_logsumexp.py
 

@@ -1,14 +1,20 @@
-"""workbook/logprobs.py: the chunked kernel equals the twins' one-liner in value and gradient, and never
+"""bench/token_logprobs.py: the chunked kernel equals the twins' one-liner in value and gradient, and never
 allocates a logits-sized temporary in the forward (only the gradient itself in the backward)."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import grpo_fixed
-from workbook import logprobs
+
+# The kernel is benchmark code (no notebook imports it): it lives with its benchmark, in bench/.
+sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))
+import token_logprobs as kernel  # noqa: E402
 
 
 class LargestAllocation(TorchDispatchMode):
@@ -37,9 +43,9 @@ def make_inputs(shape, scale=5.0, seed=0):
 
 @pytest.mark.parametrize("shape", [(3, 5), (2, 4, 6), (2, 3, 4, 5), (1, 9, 300_000)])
 def test_values_and_gradients_equal_the_one_liner(shape, monkeypatch):
-    monkeypatch.setattr(logprobs, "LOGPROB_CHUNK", 1000)  # many chunks, both chunking paths
+    monkeypatch.setattr(kernel, "LOGPROB_CHUNK", 1000)  # many chunks, both chunking paths
     logits, tokens = make_inputs(shape)
-    ours = logprobs.token_logprobs(logits, tokens)
+    ours = kernel.token_logprobs(logits, tokens)
     (grad_ours,) = torch.autograd.grad(ours.sum(), logits)
     ref = grpo_fixed.token_logprobs(logits, tokens)
     (grad_ref,) = torch.autograd.grad(ref.sum(), logits)
@@ -49,15 +55,15 @@ def test_values_and_gradients_equal_the_one_liner(shape, monkeypatch):
 
 def test_large_logits_stay_finite():
     logits = torch.tensor([[[0.0, 200.0]]])  # token 0 has probability e^-200
-    assert logprobs.token_logprobs(logits, torch.tensor([[0]])).item() == pytest.approx(-200.0)
+    assert kernel.token_logprobs(logits, torch.tensor([[0]])).item() == pytest.approx(-200.0)
 
 
 def test_no_logits_sized_temporary():
     logits, tokens = make_inputs((4, 64, 8192), seed=1)  # 2M elements, 4 chunks of LOGPROB_CHUNK
-    assert logits.numel() > 2 * logprobs.LOGPROB_CHUNK
+    assert logits.numel() > 2 * kernel.LOGPROB_CHUNK
     with LargestAllocation() as forward:
-        out = logprobs.token_logprobs(logits, tokens)
-    assert forward.largest <= logprobs.LOGPROB_CHUNK, forward.largest
+        out = kernel.token_logprobs(logits, tokens)
+    assert forward.largest <= kernel.LOGPROB_CHUNK, forward.largest
     with LargestAllocation() as one_liner:
         grpo_fixed.token_logprobs(logits, tokens)
     assert one_liner.largest == logits.numel(), "the probe must see the one-liner's logits-sized log_softmax"

@@ -1,5 +1,5 @@
 """workbook.widgets.live_plot: one persistent figure redrawn in place into an Image widget, and the
-status-line check the browser test relies on (workbook.lab_driver's pure functions).
+status-line check the browser test relies on (the pure functions of tests/browser/lab_driver.py).
 
 The slow test runs a live_plot notebook through a real kernel (nbclient) and nbval: a check cell that
 moves the slider prints only its own line, and no `<Figure ...>` output appears anywhere.
@@ -21,12 +21,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from workbook import lab_driver  # noqa: E402
 from workbook import widgets as widgets_module  # noqa: E402
-from workbook.widgets import DPI, LivePlot, live_figure, live_plot, set_value, slider  # noqa: E402
+from workbook.widgets import DPI, LivePlot, live_plot, set_value, slider  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "tests" / "browser"))  # the browser driver lives beside the browser test
+import lab_driver  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-ROOT = Path(__file__).resolve().parent.parent
 XS = np.linspace(0.0, 1.0, 50)  # (50,)
 
 
@@ -331,19 +333,6 @@ def test_live_plot_needs_a_control():
     fig, update, _, _ = line_plot()
     with pytest.raises(ValueError, match="at least one control"):
         LivePlot(fig, update, {})
-
-
-def test_deprecated_live_figure_still_works_with_set_value():
-    def draw(x):
-        fig, ax = plt.subplots(figsize=(3, 2))
-        ax.plot([0, 1], [0, x])
-        plt.show()
-        return 2 * x
-
-    w = live_figure(draw, x=slider(0.5, 0.0, 1.0, 0.1, "x"))
-    assert w.result == 1.0
-    assert set_value(w, "x", 0.3) == pytest.approx(0.6)
-    assert plt.get_fignums() == []
 
 
 # ---- the status-line check of the browser test -----------------------------------------------------

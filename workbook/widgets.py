@@ -32,9 +32,6 @@ mostly ticks and text (one axes about 15 ms, three axes about 45 ms on a quiet 2
     allow.
 Expensive inputs of a slider position (training replays) belong in a cache keyed by their inputs
 (functools.lru_cache on a notebook-level function), so moving back and forth costs only the render.
-
-The older `live_figure` (an `interactive` that re-draws a new figure per change) is deprecated and kept
-until every notebook is converted.
 """
 
 from __future__ import annotations
@@ -60,8 +57,6 @@ from matplotlib.spines import Spine
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 from PIL import Image
-
-from workbook.plots import figures_not_shown
 
 log = logging.getLogger(__name__)
 
@@ -394,45 +389,17 @@ def live_plot(fig, update, *, caption=None, **controls) -> LivePlot:
     return LivePlot(fig, update, controls, caption=caption)
 
 
-def set_value(w, description, value):
-    """Set the control labelled `description` (or, for live_plot, passed as keyword `description`) and
-    return the redraw's result. Works for live_plot widgets and for the deprecated live_figure ones.
-
-    live_plot: the image and status line update in place (widget state, not cell output), so nothing is
-    printed into the calling cell; an exception in update is raised here. live_figure: the redrawn figure
-    is not displayed (plots.figures_not_shown), so the displayed one keeps showing the old value.
-    """
-    if isinstance(w, LivePlot):
-        control = next((c for n, c in w.controls.items() if control_label(n, c) == description), None)
-        if control is None:
-            control = w.controls.get(description)
-        if control is None:
-            labels = [control_label(n, c) for n, c in w.controls.items()]
-            raise KeyError(f"no control labelled {description!r}; have {labels}")
-        control.value = value
-        if w.error is not None:
-            raise w.error
-        return w.result
-    for child in w.children[:-1]:
-        if getattr(child, "description", None) == description:
-            with figures_not_shown():
-                child.value = value
-            return w.result
-    raise KeyError(f"no control labelled {description!r}; have {[c.description for c in w.children[:-1]]}")
-
-
-# ---- deprecated ---------------------------------------------------------------------------------
-
-
-def live_figure(draw, height="360px", **controls):
-    """DEPRECATED: use live_plot (one persistent figure updated in place). Kept until notebooks 01-05
-    are converted. A set_value on this widget computes the new numbers but leaves the displayed figure
-    at the old value (the mismatch issue 12 describes).
-
-    interactive(draw, **controls) with a fixed-height output area (no page jumping on redraw).
-    Returns the `interactive` widget: display it as the cell's last expression; its
-    children[:-1] are the controls, children[-1] the Output, and .result draw's return value.
-    """
-    w = widgets.interactive(draw, **controls)
-    w.children[-1].layout.height = height
-    return w
+def set_value(w: LivePlot, description, value):
+    """Set the control of live_plot widget `w` labelled `description` (or passed as keyword `description`)
+    and return the redraw's result. The image and status line update in place (widget state, not cell
+    output), so nothing is printed into the calling cell; an exception in update is raised here."""
+    control = next((c for n, c in w.controls.items() if control_label(n, c) == description), None)
+    if control is None:
+        control = w.controls.get(description)
+    if control is None:
+        labels = [control_label(n, c) for n, c in w.controls.items()]
+        raise KeyError(f"no control labelled {description!r}; have {labels}")
+    control.value = value
+    if w.error is not None:
+        raise w.error
+    return w.result

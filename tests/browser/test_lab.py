@@ -1,13 +1,16 @@
-"""Real browser: each notebook runs clean in JupyterLab, its figures match their sliders, a slider redraws.
+"""Real browser: JupyterLab opens clean, each notebook runs clean in it, its figures match their sliders,
+a slider redraws.
 
 Drives Debian's Chromium (/usr/bin/chromium) with Playwright for Python against a JupyterLab started on
-a temporary directory of notebook copies (workbook/lab_driver.py, shared with `make bench`). Per notebook:
+a temporary directory of notebook copies, with fresh user settings (lab_driver.py beside this file, shared
+with `make bench`). First, the Lab itself: no "get notified about official Jupyter news?" toast (the
+project's settings override, jupyter/overrides.json, installed by `make venv`, answers it). Per notebook:
   1. open it, Run All, fail on any error output (cells tagged raises-exception excepted);
   2. every live_plot's status line (`rendered clip=0.3`) must match what its sliders show: after Run All
      the check cells have moved sliders from Python, and the figure must have followed them;
   3. press ArrowRight (or ArrowLeft at the bound) on the first slider of the first slider widget and
      require the new image within REDRAW_BUDGET_S, timed inside the browser (keydown to the image whose
-     status line states the new value; for the deprecated `interactive`, to a new <img>);
+     status line states the new value);
   4. screenshot the widget to the test's temporary directory (path printed; `pytest -s` shows it).
 Our own harness notebooks (lab_driver.HARNESSES) check the same machinery with known answers.
 
@@ -17,19 +20,20 @@ Skips (with the reason) when chromium or the playwright package is missing. Neve
 
 from __future__ import annotations
 
+import json
 import os
-import re
+import time
+import urllib.request
 from pathlib import Path
 
+import lab_driver as lab  # tests/browser/lab_driver.py (pytest puts this folder on sys.path)
 import pytest
-
-from workbook import lab_driver as lab
 
 pytestmark = pytest.mark.browser
 
 if not lab.chromium_available():
     pytest.skip(f"no Chromium at {lab.CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
+pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -38,6 +42,10 @@ NOTEBOOK_NAMES = [p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))]
 # busy machine. The redraw targets (median <= 0.15 s, worst <= 0.3 s per notebook) are measured by
 # `make bench` (bench/redraw_bench.py); set REDRAW_BUDGET_S=0.3 to hold a quiet machine to them here.
 REDRAW_BUDGET_S = float(os.environ.get("REDRAW_BUDGET_S", "5.0"))
+NEWS_PROMPT = "official Jupyter news"
+"""text of the toast JupyterLab shows on a first start unless told whether to fetch Jupyter news"""
+NEWS_PROMPT_WAIT_S = 8.0
+"""how long to watch for that toast once the Lab is restored (without the override it shows within 1 s)"""
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +92,9 @@ def run_clean(page, lab_url, name) -> None:
     assert state["pending"] == 0, f"{name}: {state['pending']} code cells never ran"
 
 
-def assert_figures_match_sliders(page, name, kind) -> list[dict]:
+def assert_figures_match_sliders(page, name, builds_live_plot: bool) -> list[dict]:
     rows = lab.check_markers(page)
-    if kind == "live_plot":
+    if builds_live_plot:
         assert rows, f"{name}: the code builds live_plot widgets but none rendered"
     for row in rows:
         print(f"{name}: live_plot {row['index']}: {row['marker']} | controls {row['readouts']}")
@@ -96,14 +104,14 @@ def assert_figures_match_sliders(page, name, kind) -> list[dict]:
 
 
 def step_first_slider(page, shots: Path, name: str) -> dict:
-    """One arrow-key step on the first slider of the first widget that has one; screenshot; -> step result."""
-    with_slider = [(kind, w) for kind, w in lab.widgets_on_page(page) if lab.sliders_of(w).count()]
-    assert with_slider, f"{name}: no slider in any slider widget"
-    kind, widget = with_slider[0]
-    move = lab.step(page, kind, widget)
+    """One arrow-key step on the first slider of the first live_plot that has one; screenshot; -> step result."""
+    with_slider = [w for w in lab.live_plots_on_page(page) if lab.sliders_of(w).count()]
+    assert with_slider, f"{name}: no slider in any live_plot"
+    widget = with_slider[0]
+    move = lab.step_live_plot(page, widget)
     shot = shots / f"{Path(name).stem}.png"
     widget.screenshot(path=str(shot), timeout=30_000)
-    print(f"{name}: {kind} redraw {move['seconds']:.3f} s after the key press ({move['direction']}); "
+    print(f"{name}: live_plot redraw {move['seconds']:.3f} s after the key press ({move['direction']}); "
           f"screenshot {shot}")
     assert move["seconds"] <= REDRAW_BUDGET_S, f"{name}: redraw took {move['seconds']:.2f} s > {REDRAW_BUDGET_S} s"
     return move
@@ -111,13 +119,31 @@ def step_first_slider(page, shots: Path, name: str) -> dict:
 
 def check_notebook(page, lab_url, shots, name, lab_dir) -> dict | None:
     run_clean(page, lab_url, name)
-    kind = lab.widget_kind(lab_dir / name)
-    assert_figures_match_sliders(page, name, kind)
-    if kind is None:
-        print(f"{name}: no slider widget in the code: slider step skipped")
+    builds_live_plot = lab.builds_live_plot(lab_dir / name)
+    assert_figures_match_sliders(page, name, builds_live_plot)
+    if not builds_live_plot:
+        print(f"{name}: no live_plot in the code: slider step skipped")
         return None
-    assert lab.widgets_on_page(page), f"{name}: the code builds slider widgets but none rendered"
     return step_first_slider(page, shots, name)
+
+
+def test_lab_opens_without_the_news_prompt(page, lab_url):
+    """A first start (fresh user settings) asks nothing about Jupyter news: the server's default for
+    fetchNews is the project's override ("false"), and no toast with the question shows up."""
+    plugin = "@jupyterlab/apputils-extension:notification"
+    with urllib.request.urlopen(f"{lab_url}/lab/api/settings/{plugin}", timeout=30) as r:
+        defaults = {k: v.get("default") for k, v in json.load(r)["schema"]["properties"].items()}
+    assert (defaults["fetchNews"], defaults["checkForUpdates"]) == ("false", False), (
+        f"{plugin} defaults {defaults}: the settings override jupyter/overrides.json is not installed in this "
+        "environment (run `make venv`)")
+    page.goto(f"{lab_url}/lab?reset", timeout=90_000)
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
+    page.evaluate("() => window.jupyterapp.restored.then(() => null)")  # the prompt is emitted right after this
+    deadline = time.monotonic() + NEWS_PROMPT_WAIT_S
+    while time.monotonic() < deadline:
+        toasts = lab.toasts(page)
+        assert not any(NEWS_PROMPT in t for t in toasts), f"JupyterLab asks about news on first start: {toasts}"
+        time.sleep(0.25)
 
 
 def test_live_plot_harness(page, lab_url, lab_dir, shots):
@@ -142,20 +168,12 @@ def test_live_plot_harness_catches_a_stale_figure(page, lab_url):
                   "{code: 'import time; time.sleep(4)'}); }")
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
                            " === 'busy'", timeout=10_000)
-    _, widget = lab.widgets_on_page(page)[0]
+    widget = lab.live_plots_on_page(page)[0]
     lab.press(page, widget, 0, "right")
     (stale,) = lab.check_markers(page, timeout_s=0.5)
     assert stale["mismatches"] == ["x: figure rendered at 0.3, control shows 0.40"], stale
     (fresh,) = lab.check_markers(page, timeout_s=15)
     assert not fresh["mismatches"] and fresh["marker"] == "rendered x=0.4", fresh
-
-
-def test_live_figure_redraws(page, lab_url, lab_dir, shots):
-    """The deprecated live_figure (kept until every notebook is converted) still redraws on a key press."""
-    name = "harness_live_figure.ipynb"
-    check_notebook(page, lab_url, shots, name, lab_dir)
-    output = page.locator(lab.INTERACTIVE).first.locator(".widget-output").first
-    sync_api.expect(output).to_contain_text(re.compile(r"rendered x=0\.60"), timeout=10_000)
 
 
 @pytest.mark.skipif(not NOTEBOOK_NAMES, reason="no notebooks/NN_*.ipynb yet")

@@ -1,16 +1,16 @@
 """Drive JupyterLab in Debian's Chromium: run a notebook, check its figures match their sliders, time redraws.
 
 One place for the browser code that tests/browser/test_lab.py (pass/fail) and bench/redraw_bench.py
-(`make bench`: median and worst redraw per notebook) share. Playwright for Python against a JupyterLab
-started on a free localhost port with an empty token, on a directory of notebook *copies* (kernelspec
-python3, nbval's NBVAL_RAISES_EXCEPTION cells tagged `raises-exception`, the tag Run All honours).
+(`make bench`: median and worst redraw per notebook) share; it lives beside the browser test (the bench
+adds this folder to sys.path). Playwright for Python against a JupyterLab started on a free localhost port
+with an empty token, on a directory of notebook *copies* (kernelspec python3, nbval's
+NBVAL_RAISES_EXCEPTION cells tagged `raises-exception`, the tag Run All honours).
 
-A redraw is timed inside the browser, from the keydown on a slider handle to the new image:
-  - live_plot widgets (workbook.widgets.LivePlot, CSS class live-plot): until the status line states
-    the slider's new value AND the new image (set just before the status line) has loaded;
-  - the deprecated `interactive` widgets (live_figure): until a new <img> appears in the output area.
-The status line `rendered clip=0.3; |A|=1.5` is compared with what the controls show (slider readouts,
-rounded by the browser): `marker_mismatches` (pure Python, unit-tested in tests/test_widgets.py).
+A redraw is timed inside the browser, from the keydown on a slider handle of a live_plot widget
+(workbook.widgets.LivePlot, CSS class live-plot) until its status line states the slider's new value AND
+the new image (set just before the status line) has loaded. The status line `rendered clip=0.3; |A|=1.5`
+is compared with what the controls show (slider readouts, rounded by the browser): `marker_mismatches`
+(pure Python, unit-tested in tests/test_widgets.py).
 
 Never run `playwright install`: the browser is Debian's (/usr/bin/chromium, or $CHROMIUM). Every wait is
 bounded; the server context manager always stops the server and its kernels.
@@ -37,17 +37,15 @@ RUN_ALL_TIMEOUT_S = 300
 SERVER_START_TIMEOUT_S = 90
 REDRAW_TIMEOUT_S = 30
 
-# JupyterLab user settings for the server: no news/update pop-ups, no autosave, every cell in the DOM
-# (no virtual scrolling), so locators see all outputs.
+# JupyterLab user settings for the server: no autosave, every cell in the DOM (no virtual scrolling), so
+# locators see all outputs. Not the news pop-up: the project's settings override (jupyter/overrides.json,
+# installed into the environment by `make venv`) answers it for every user, and the browser test checks that.
 LAB_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                         "checkForUpdates": False},
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
 LIVE_PLOT = ".live-plot"
-INTERACTIVE = ".widget-interact"
 CONTROL_SELECTOR = ".widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-checkbox"
 
 
@@ -124,25 +122,8 @@ HARNESS_THREE_AXES = notebook(THREE_AXES_CODE.format(animated=False))
 HARNESS_THREE_AXES_BLIT = notebook(THREE_AXES_CODE.format(animated=True))
 """the same with its lines and bars animated=True: blitted over the cached background"""
 
-HARNESS_LIVE_FIGURE = notebook('''\
-import matplotlib.pyplot as plt
-from workbook.widgets import live_figure, slider
-
-def draw(x):
-    fig, ax = plt.subplots(figsize=(4, 2.5))
-    ax.plot([0, 1], [0, x], marker="o")
-    ax.set_ylim(0, 1)
-    ax.set_title(f"x = {x:.2f}")
-    plt.show()
-    print(f"rendered x={x:.2f}")
-    return x
-
-w = live_figure(draw, height="300px", x=slider(0.5, 0.0, 1.0, 0.1, "x"))
-w''')
-"""the deprecated machinery (interactive + a new figure per change), for comparison"""
-
 HARNESSES = {"harness_live_plot.ipynb": HARNESS_LIVE_PLOT, "harness_three_axes.ipynb": HARNESS_THREE_AXES,
-             "harness_three_axes_blit.ipynb": HARNESS_THREE_AXES_BLIT, "harness_live_figure.ipynb": HARNESS_LIVE_FIGURE}
+             "harness_three_axes_blit.ipynb": HARNESS_THREE_AXES_BLIT}
 
 
 def prepare_copy(src: Path, dst: Path) -> None:
@@ -164,15 +145,11 @@ def write_harnesses(root: Path) -> list[str]:
     return list(HARNESSES)
 
 
-def widget_kind(path: Path) -> str | None:
-    """'live_plot', 'interactive' (deprecated machinery) or None: which slider widgets a notebook's code builds."""
+def builds_live_plot(path: Path) -> bool:
+    """Does a notebook's code build a slider figure (a live_plot call in a code cell)?"""
     cells = json.loads(path.read_text()).get("cells", [])
     code = "".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
-    if re.search(r"\blive_plot\(", code):
-        return "live_plot"
-    if re.search(r"\b(live_figure|interactive|interact)\(", code):
-        return "interactive"
-    return None
+    return re.search(r"\blive_plot\(", code) is not None
 
 
 # ---- status line against controls (pure; unit-tested) -----------------------------------------------
@@ -444,31 +421,16 @@ REDRAW_STATE_JS = "() => ({t0: window.__redraw.t0, markers: window.__redraw.mark
 SAME_IMAGE_GRACE_MS = 500
 """a status line without a new image: the kernel's PNG was byte-identical (no update sent) once this long passed"""
 
-# The deprecated machinery: keydown time, then the time a new <img> shows up in the widget's output.
-ARM_INTERACTIVE_TIMER_JS = """(output) => {
-  const old = new Set(output.querySelectorAll('img'));
-  const oldSrc = new Set([...old].map(i => i.src));
-  const r = {t0: null, t1: null};
-  window.__redraw = r;
-  document.addEventListener('keydown', () => { if (r.t0 === null) r.t0 = performance.now(); },
-                            {capture: true, once: true});
-  const obs = new MutationObserver(() => {
-    const fresh = [...output.querySelectorAll('img')].some(i => !old.has(i) || !oldSrc.has(i.src));
-    if (fresh && r.t0 !== null && r.t1 === null) {
-      r.t1 = performance.now();
-      obs.disconnect();
-    }
-  });
-  obs.observe(output, {childList: true, subtree: true, attributes: true, attributeFilter: ['src']});
-}"""
+def live_plots_on_page(page) -> list:
+    """Every live_plot widget in the notebook, in page order (locators)."""
+    found = page.locator(LIVE_PLOT)
+    return [found.nth(i) for i in range(found.count())]
 
 
-def widgets_on_page(page) -> list[tuple[str, object]]:
-    """Every slider widget in the notebook, in page order: ('live_plot' | 'interactive', locator)."""
-    found = page.locator(f"{LIVE_PLOT}, {INTERACTIVE}")
-    widgets = [found.nth(i) for i in range(found.count())]
-    return [("live_plot" if w.evaluate("e => e.classList.contains('live-plot')") else "interactive", w)
-            for w in widgets]
+def toasts(page) -> list[str]:
+    """The text of every notification toast on screen (JupyterLab's react-toastify container)."""
+    return page.evaluate("() => [...document.querySelectorAll('.jp-toastContainer .Toastify__toast')]"
+                         ".map(e => e.textContent)")
 
 
 def readouts(widget) -> dict[str, str]:
@@ -557,32 +519,10 @@ def step_live_plot(page, widget, index: int = 0, direction: str = "right") -> di
         time.sleep(0.02)
 
 
-def step_interactive(page, widget, index: int = 0, direction: str = "right") -> dict:
-    """One key press on slider `index` of an `interactive` (deprecated machinery) -> {seconds, direction}:
-    seconds from keydown until a new image appears in its output area."""
-    output = widget.locator(".widget-output").first
-    output.locator("img").first.wait_for(state="attached", timeout=60_000)  # the initial draw
-    if not room(widget, index, direction):
-        direction = "left" if direction == "right" else "right"
-    output.evaluate(ARM_INTERACTIVE_TIMER_JS)
-    press(page, widget, index, direction)
-    page.wait_for_function("() => window.__redraw.t1 !== null", timeout=REDRAW_TIMEOUT_S * 1000, polling=20)
-    seconds = page.evaluate("() => (window.__redraw.t1 - window.__redraw.t0) / 1000")
-    page.wait_for_timeout(300)  # let the output settle (it may print after the image)
-    text = output.inner_text(timeout=10_000)
-    if "Traceback" in text:
-        raise LabError(f"the redraw raised inside the widget:\n{text[-2000:]}")
-    return dict(seconds=seconds, direction=direction)
-
-
-def step(page, kind: str, widget, index: int = 0, direction: str = "right") -> dict:
-    return (step_live_plot if kind == "live_plot" else step_interactive)(page, widget, index, direction)
-
-
 MOVES = ("right", "right", "right", "left", "left")
 """a bench sweep of one slider: three new positions, then two back (cached inputs make those free)"""
 
 
-def sweep(page, kind: str, widget, index: int, moves=MOVES) -> list[dict]:
+def sweep(page, widget, index: int, moves=MOVES) -> list[dict]:
     """Press the slider's arrow keys along `moves` (flipped at a bound), one redraw at a time."""
-    return [dict(step(page, kind, widget, index, d), slider=index) for d in moves]
+    return [dict(step_live_plot(page, widget, index, d), slider=index) for d in moves]

@@ -1,5 +1,8 @@
 """The memory-lean token log-prob kernel: the fast path beside the twins' readable one-liner.
 
+Benchmark code, not a notebook helper: it lives with its benchmark (bench/logprobs_bench.py) and its test
+(tests/test_logprobs.py); import it with bench/ on sys.path (`import token_logprobs`).
+
 grpo_fixed.token_logprobs is `log_softmax(logits).gather(tokens)`: clear, but it materialises a
 logits-sized log_softmax (and autograd keeps it for the backward). `token_logprobs` here computes the same
 values and gradients chunk by chunk, so the only logits-sized tensor it ever allocates is the gradient

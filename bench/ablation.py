@@ -13,6 +13,7 @@ import time
 
 import grpo_buggy
 import grpo_fixed
+import grpo_support
 import workbook  # noqa: F401  (one torch thread)
 from workbook.catalog import BUG_IDS, hybrid
 from workbook.tasks import TASKS
@@ -37,7 +38,7 @@ def main():
 def report(name, module, task, seeds):
     """Train `module` on `task` for each seed with default settings; print one table row."""
     start = time.perf_counter()
-    summaries = [grpo_fixed.summarize_run(module.train(task, seed=s), 0.0) for s in seeds]  # the CLI's summary
+    summaries = [grpo_support.summarize_run(module.train(task, seed=s), 0.0) for s in seeds]  # the CLI's summary
     rewards = " ".join(f"{s['final_reward']:6.3f}" for s in summaries)
     nan = "/".join(str(s["nan_losses"]) for s in summaries)
     print(f"{name:14s} {rewards}   {nan:10s} ({time.perf_counter() - start:.1f} s)", flush=True)

@@ -1,4 +1,4 @@
-"""The fixed twin's early-warning system (seed 000, follow-up 3): preflight probes and per-iteration
+"""The fixed twin's early-warning system (follow-up 3 of SPEC.md): preflight probes and per-iteration
 health checks stay quiet on grpo_fixed and name the bug on grpo_buggy and on every single-bug hybrid."""
 
 from __future__ import annotations

@@ -22,13 +22,11 @@ import torch
 
 import grpo_buggy
 import grpo_fixed
+import grpo_support
+from workbook.run_summary import final_reward
 from workbook.tasks import LengthTask, ReverseTask, SparseMatchTask
 
 SEEDS = [0, 1, 2]
-
-
-def final_reward(history):
-    return grpo_fixed.summarize_run(history, 0.0)["final_reward"]
 
 
 def mean_reward(history):
@@ -38,7 +36,7 @@ def mean_reward(history):
 def assert_healthy(history, caplog):
     """No non-finite loss, no failed health check at any iteration, nothing logged on the grpo logger."""
     assert all(math.isfinite(s["loss"]) and s["nonfinite_steps"] == 0 for s in history)
-    assert grpo_fixed.summarize_run(history, 0.0)["nan_losses"] == 0
+    assert grpo_support.summarize_run(history, 0.0)["nan_losses"] == 0
     unhealthy = {s["iteration"]: s["health"] for s in history if s["health"]}
     assert not unhealthy, f"health checks failed on a fixed run: {unhealthy}"
     warnings = [r.getMessage() for r in caplog.records if r.name == "grpo" and r.levelno >= logging.WARNING]
@@ -79,10 +77,10 @@ def test_on_iteration_sees_every_stats_dict(module):
 @pytest.mark.parametrize("module", [grpo_fixed, grpo_buggy], ids=["fixed", "buggy"])
 def test_every_logged_stat_is_documented(module):
     (stats,) = module.train(seed=0, steps=1, prompts_per_batch=4)
-    undocumented = set(stats) - set(module.STATS) - {"iteration", "seconds", "health"}
+    undocumented = set(stats) - set(grpo_support.STATS) - {"iteration", "seconds", "health"}
     assert not undocumented, f"stats without a STATS row: {undocumented}"
-    assert set(module.STATS) <= set(stats), "STATS documents a stat that is never logged"
-    for name, row in module.STATS.items():
+    assert set(grpo_support.STATS) <= set(stats), "STATS documents a stat that is never logged"
+    for name, row in grpo_support.STATS.items():
         assert row.meaning and row.why and row.lo <= row.hi, name
 
 

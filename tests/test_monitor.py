@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import grpo_fixed  # noqa: E402
+import grpo_support  # noqa: E402
 from workbook import monitor  # noqa: E402
 from workbook.widgets import live_plot, set_value, slider  # noqa: E402
 
@@ -87,7 +88,7 @@ def test_healthy_stats_are_inside_every_range():
 @pytest.mark.parametrize(("lo", "hi", "expected"), [(0, 0, 0), (0.9, 1.1, 1.0), (0.01, math.inf, 1.01),
                                                     (-math.inf, 2.0, 1.0), (-math.inf, math.inf, 0.0)])
 def test_inside_is_derived_from_the_bounds(monkeypatch, lo, hi, expected):
-    monkeypatch.setitem(monitor.STATS, "entropy", grpo_fixed.Stat("m", lo, hi, "w"))
+    monkeypatch.setitem(monitor.STATS, "entropy", grpo_support.Stat("m", lo, hi, "w"))
     assert monitor.inside("entropy") == pytest.approx(expected)
 
 

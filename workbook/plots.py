@@ -1,6 +1,9 @@
-"""Plot helpers shared by the notebooks: one colour per twin, side-by-side axes, training curves, animated artists."""
+"""Plot helpers shared by the notebooks: one colour per twin, side-by-side axes, the one smoother and curve plotter,
+animated artists."""
 
 from __future__ import annotations
+
+import math
 
 import matplotlib.pyplot as plt
 
@@ -22,16 +25,27 @@ def buggy_vs_fixed(title: str | None = None, *, figsize=(9.0, 3.2), sharey=True)
     return fig, (ax_b, ax_f)
 
 
-def curves(ax, histories: dict, key: str, *, colors: dict | None = None, smooth: int = 1):
-    """Plot stats[key] per iteration for each labelled history (a list of stats dicts)."""
-    for label, history in histories.items():
-        ys = [s[key] for s in history]
-        if smooth > 1:
-            ys = [sum(ys[max(0, i - smooth + 1) : i + 1]) / len(ys[max(0, i - smooth + 1) : i + 1])
-                  for i in range(len(ys))]
-        ax.plot(ys, label=label, color=(colors or {}).get(label))
+def smooth(values, n: int = 5) -> list[float]:
+    """Trailing mean over up to n values: out[i] = mean(values[i - n + 1 : i + 1]), NaNs skipped, NaN where the
+    window holds only NaNs (an iteration with nothing to measure does not blank its neighbours). n = 1 returns
+    the values as they are."""
+    out = []
+    for i in range(len(values)):
+        window = [v for v in values[max(0, i - n + 1) : i + 1] if not math.isnan(v)]
+        out.append(sum(window) / len(window) if window else math.nan)
+    return out
+
+
+def curves(ax, runs: dict, values="reward", *, colors: dict | None = None, window: int = 1,
+           ylabel: str | None = None):
+    """One line per labelled run of its values per iteration, smoothed by a trailing mean over `window`
+    iterations (see smooth). values: a stats key, read from runs that are histories (lists of stats dicts), or
+    values(run) -> one number per iteration, for runs of any shape. ylabel defaults to the key. -> ax"""
+    for label, run in runs.items():
+        ys = [s[values] for s in run] if isinstance(values, str) else values(run)
+        ax.plot(smooth(ys, window), label=label, color=(colors or {}).get(label))
     ax.set_xlabel("iteration")
-    ax.set_ylabel(key)
+    ax.set_ylabel(ylabel if ylabel is not None else values if isinstance(values, str) else "")
     ax.legend(fontsize="small")
     return ax
 
@@ -47,22 +61,3 @@ def animated(*artists):
         elif artist is not None:
             artist.set_animated(True)
     return artists[0] if artists else None
-
-
-class figures_not_shown:  # noqa: N801  (used like a function: `with figures_not_shown(): ...`)
-    """Context manager: inside the block, plt.show() closes the open figures instead of displaying them.
-
-    For nbval check cells that move a slider from Python (workbook.widgets.set_value): nbval does not
-    route Output-widget messages, so the redrawn figure would land in the check cell's own outputs
-    (an extra '<Figure ...>' that the stored notebook does not have). The draw function still runs and
-    returns its numbers; in a browser the widget keeps its previous figure until the next redraw.
-    """
-
-    def __enter__(self):
-        self._show = plt.show
-        plt.show = lambda *args, **kwargs: plt.close("all")
-        return self
-
-    def __exit__(self, *exc):
-        plt.show = self._show
-        return False

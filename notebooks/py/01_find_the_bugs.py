@@ -14,7 +14,7 @@
 # %% [markdown]
 # # 01 — Find the silent bugs with tiny inputs
 #
-# **The interview question** (seed 000, follow-up 1): *"This small GRPO trainer runs without an exception but
+# **The interview question** (follow-up 1 of SPEC.md): *"This small GRPO trainer runs without an exception but
 # learns poorly. Find the silent numerical and mathematical bugs using tiny diagnostic inputs."*
 #
 # After this notebook you can:
@@ -23,7 +23,7 @@
 #   correct number, the symptom you would see in the training logs, and the logged statistic
 #   (`grpo_fixed.STATS`) or preflight probe (`grpo_fixed.preflight`) that catches it;
 # - say which bugs cost reward on the toy task and which stay hidden there (and where they bite instead);
-# - do the same for two more silent bugs that other interview reports describe (seeds 001 and 004).
+# - do the same for two more silent bugs that other reports of this round describe.
 #
 # ## 1. The method
 #
@@ -46,8 +46,8 @@
 # > 4. `make hint` gives a hint for each bug still remaining, in levels: `LEVEL=1` the symptom and the
 # >    statistic to watch, `LEVEL=2` the function and a tiny input, `LEVEL=3` the fix.
 # >
-# > The other parts of the round: `make scratch` (write the spec's three functions from scratch, graded
-# > sentence by sentence) and `make drill` (the discussion questions, one at a time, against the clock).
+# > The other parts of the round: `make scratch` (write the three public functions of SPEC.md from scratch,
+# > graded sentence by sentence) and `make drill` (the discussion questions, one at a time, against the clock).
 # > Come back here when `make grade` says everything is fixed, or when a hint at level 2 did not help.
 
 # %% [markdown]
@@ -70,8 +70,8 @@
 # | 11 | B10 temperature missing in training | one rollout at several temperatures |
 # | 12 | B11 no gradient clipping | a linear layer and a loss scaled by 1000 |
 # | 13 | ablation | 13 short training runs |
-# | 14 | advantage broadcast along the wrong axis (seed 001) | 4 sequences x 4 tokens |
-# | 15 | a reward that leaks gradient (seed 004) | a 3-token policy, 4 sequences |
+# | 14 | advantage broadcast along the wrong axis (another report of this round) | 4 sequences x 4 tokens |
+# | 15 | a reward that leaks gradient (another report of this round) | a 3-token policy, 4 sequences |
 # | 16 | self-check | |
 
 # %%
@@ -87,10 +87,11 @@ from IPython.display import display
 
 import grpo_buggy
 import grpo_fixed
-from workbook import nb01
+from workbook import nb01_bugs
 from workbook.catalog import BUG_IDS, BUGS, hybrid
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
+from workbook.run_summary import final_reward
 from workbook.swap import fixed_with
 from workbook.widgets import live_plot, set_value, slider
 
@@ -117,13 +118,13 @@ def describe(name: str, tensor: torch.Tensor) -> str:
 print(describe("rewards", torch.tensor([0.0, 1.0, math.nan])))
 
 # %% [markdown]
-# Two prompts x four samples (B = 2, G = 4), the same seed for both twins (`nb01.tiny_rollout` calls the twin's
+# Two prompts x four samples (B = 2, G = 4), the same seed for both twins (`nb01_bugs.tiny_rollout` calls the twin's
 # `setup_run` and one `rollout`):
 
 # %%
 tiny = {}
 for module in (grpo_buggy, grpo_fixed):
-    batch, stats, *_ = tiny[module.__name__] = nb01.tiny_rollout(module, prompts_per_batch=2, group_size=4)
+    batch, stats, *_ = tiny[module.__name__] = nb01_bugs.tiny_rollout(module, prompts_per_batch=2, group_size=4)
     print(f"--- {module.__name__}")
     for name, tensor in batch.items():
         print(describe(name, tensor))
@@ -217,7 +218,7 @@ def sampling_frequencies(module, logits: torch.Tensor, n: int = grpo_fixed.PROBE
     return torch.bincount(draws, minlength=logits.shape[-1]).double() / n
 
 
-logits = nb01.TOY_LOGITS  # (V,) = (5,)
+logits = nb01_bugs.TOY_LOGITS  # (V,) = (5,)
 p = torch.softmax(logits.double(), -1)  # (V,)
 q = (logits - logits.min()).double() / (logits - logits.min()).sum()  # (V,)
 print("softmax (hand):", [f"{x:.4f}" for x in p.tolist()])
@@ -233,7 +234,7 @@ assert (freq["grpo_fixed"] - p).abs().max() < grpo_fixed.SAMPLING_TOL
 # Move the temperature: the fixed sampler follows the softmax (grey dots), the buggy one does not move at all.
 
 # %%
-fig_sampling, update_sampling = nb01.sampling_figure(sampling_frequencies)
+fig_sampling, update_sampling = nb01_bugs.sampling_figure(sampling_frequencies)
 w_temperature = live_plot(fig_sampling, update_sampling, temperature=slider(1.0, 0.1, 3.0, 0.05, "temperature"))
 
 # %%
@@ -313,7 +314,7 @@ def spread_group(spread: float) -> list[float]:
     return [0.5 - spread / 2, 0.5 - spread / 6, 0.5 + spread / 6, 0.5 + spread / 2]
 
 
-fig_spread, update_spread = nb01.spread_figure(spread_group)
+fig_spread, update_spread = nb01_bugs.spread_figure(spread_group)
 w_spread = live_plot(fig_spread, update_spread, spread=slider(0.0, 0.0, 1.0, 0.05, "spread"))
 
 # %%
@@ -377,7 +378,7 @@ plt.show()
 # %%
 inner = {}
 for label, module in (("B3", HYBRID["B3"]), ("fixed", grpo_fixed)):
-    run = nb01.tiny_rollout(module, prompts_per_batch=4, group_size=8)
+    run = nb01_bugs.tiny_rollout(module, prompts_per_batch=4, group_size=8)
     records = module.update_policy(run.policy, run.optimizer, run.batch, run.cfg, run.generator)
     inner[label] = [(r["ratio"] - 1).abs().max().item() for r in records]
     print(f"{label:5s} max|ratio - 1| per inner step {[f'{d:.4f}' for d in inner[label]]}   "
@@ -527,7 +528,7 @@ assert math.isnan(finite_rows[1.0]["B5 (values*mask).sum()/mask.sum()"]) and fin
 # happens to hold). Slide the masked fraction, and switch the padding:
 
 # %%
-fig_masked, update_masked = nb01.masked_mean_figure(masked_estimates, PADDING)
+fig_masked, update_masked = nb01_bugs.masked_mean_figure(masked_estimates, PADDING)
 w_masked = live_plot(fig_masked, update_masked,
                      masked_fraction=slider(0.5, 0.0, 1.0, 0.125, "masked fraction"),
                      padding=widgets.ToggleButtons(options=list(PADDING), value="-inf", description="padding"))
@@ -624,7 +625,7 @@ assert torch.allclose(shifted["fixed"], torch.tensor(right), atol=1e-5)
 gap_b6 = {}
 fig, (ax_b, ax_f) = buggy_vs_fixed("sampler log-prob vs training log-prob of each generated token", figsize=(8, 2.8))
 for ax, label, module, color in ((ax_b, "B6", HYBRID["B6"], BUGGY), (ax_f, "fixed", grpo_fixed, FIXED)):
-    batch, stats, *_ = nb01.tiny_rollout(module, prompts_per_batch=4, group_size=8)
+    batch, stats, *_ = nb01_bugs.tiny_rollout(module, prompts_per_batch=4, group_size=8)
     mask = batch["mask"]  # (N, T)
     ax.plot(batch["sampler_logprobs"][mask], batch["old_logprobs"][mask], ".", color=color)
     ax.plot([-3, 0], [-3, 0], ":", color=REFERENCE)
@@ -856,7 +857,7 @@ assert all(row["max_diff"] > 0.5 for (B, G), row in invisible.items() if B != G)
 # - **$B$ does not divide $G$**: rows straddle prompts and the check fires (in every batch here).
 
 # %%
-run = nb01.tiny_rollout(HYBRID["B9"], prompts_per_batch=1)  # B = 1, G = 8
+run = nb01_bugs.tiny_rollout(HYBRID["B9"], prompts_per_batch=1)  # B = 1, G = 8
 records = HYBRID["B9"].update_policy(run.policy, run.optimizer, run.batch, run.cfg, run.generator)
 stats_b1 = {**run.stats, **grpo_fixed.summarize_inner_steps(records)}
 print(f"B = 1: rewards {[f'{r:.2f}' for r in run.batch['rewards'].tolist()]}")
@@ -981,7 +982,7 @@ temps = [0.5, 0.8, 1.0, 1.5, 2.0]
 gap = {"B10": [], "fixed": []}
 for t in temps:
     for label, module in (("B10", HYBRID["B10"]), ("fixed", grpo_fixed)):
-        gap[label].append(nb01.tiny_rollout(module, prompts_per_batch=2, group_size=4, temperature=t).stats)
+        gap[label].append(nb01_bugs.tiny_rollout(module, prompts_per_batch=2, group_size=4, temperature=t).stats)
 for label, values in gap.items():
     print(f"{label:5s} logprob_gap at T={temps}: " + str([f"{s['logprob_gap']:.4f}" for s in values]))
 print(f"healthy logprob_gap {render_range('logprob_gap')}")
@@ -1073,11 +1074,11 @@ plt.show()
 # %%
 ABLATION = dict(steps=30, prompts_per_batch=8)
 started, started_cpu = time.perf_counter(), time.process_time()
-runs = nb01.ablation(seed=0, **ABLATION)  # label -> history (list of stats dicts)
+runs = nb01_bugs.ablation(seed=0, **ABLATION)  # label -> history (list of stats dicts)
 ablation_seconds, ablation_cpu = time.perf_counter() - started, time.process_time() - started_cpu
 cfg_ablation = grpo_fixed.make_config(**ABLATION)
-final = {label: nb01.final_reward(history) for label, history in runs.items()}
-fired = {label: nb01.first_failures(history, cfg_ablation) for label, history in runs.items()}
+final = {label: final_reward(history) for label, history in runs.items()}
+fired = {label: nb01_bugs.first_failures(history, cfg_ablation) for label, history in runs.items()}
 skipped = {label: sum(s["nonfinite_steps"] for s in history) for label, history in runs.items()}
 
 # %%
@@ -1099,10 +1100,10 @@ print("runs whose reward is identical to the fixed run's at every iteration:", s
 
 # %%
 fig, (ax_bar, ax_curve) = plt.subplots(1, 2, figsize=(11, 3.2), layout="constrained", width_ratios=[3, 2])
-nb01.ablation_bars(ax_bar, final, runs["fixed"][0]["reward"])
+nb01_bugs.ablation_bars(ax_bar, final, runs["fixed"][0]["reward"])
 ax_bar.set_title(f"final reward, seed 0, {ABLATION}")
 curves(ax_curve, {k: runs[k] for k in ("fixed", "buggy", "B1", "B6")}, "reward",
-       colors={"fixed": FIXED, "buggy": BUGGY, "B1": "#9467bd", "B6": "#ff7f0e"}, smooth=5)
+       colors={"fixed": FIXED, "buggy": BUGGY, "B1": "#9467bd", "B6": "#ff7f0e"}, window=5)
 ax_curve.set_title("reward per iteration (5-iteration mean)")
 plt.show()
 
@@ -1115,7 +1116,7 @@ assert all(abs(final[b] - final["fixed"]) < 0.01 for b in invisible_here)
 assert same_as_fixed == ["B5", "B7", "B9"] and skipped["B5"] == skipped["B7"] == 0 and skipped["B2"] > 0
 assert all(0 in fired[b].values() for b in ("B3", "B6", "B10")) and final["B10"] > final["B6"]
 assert fired["B2"]["advantages finite"] == next(s["iteration"] for s in runs["B2"] if s["zero_var_groups"] > 0) > 0
-assert final["fixed"] > nb01.final_reward(runs["fixed"][:20])  # still rising
+assert final["fixed"] > final_reward(runs["fixed"][:20])  # still rising
 assert all(not fired[b] for b in ("B1", "B4", "B5", "B7", "B8", "B9", "B11"))
 assert 0 < clipped < cfg_ablation.steps / 5
 
@@ -1146,7 +1147,9 @@ assert 0 < clipped < cfg_ablation.steps / 5
 # > notebook 01 §10). Catch them with tiny inputs and invariants, not with the reward curve.
 
 # %% [markdown]
-# ## 14. The per-sequence advantage broadcast along the wrong axis (seed 001)
+# ## 14. The per-sequence advantage broadcast along the wrong axis
+# (A bug from another report of this round.)
+#
 # **Question.** The advantage is one number per sequence, `advantages  # (N,)`; the ratio is one per token,
 # `ratio  # (N, T)`. What does `ratio * advantages` compute?
 #
@@ -1253,7 +1256,9 @@ assert probe == {"fixed": True, "mis-broadcast": False}
 # </details>
 
 # %% [markdown]
-# ## 15. A reward that leaks gradient (seed 004)
+# ## 15. A reward that leaks gradient
+# (A bug from another report of this round.)
+#
 # **Question.** The reward is computed by a differentiable function of the policy's outputs (a reward model fed the
 # policy's probabilities, a confidence bonus) and the advantages are not detached. What is the gradient of the loss?
 #

@@ -33,7 +33,7 @@
 # 6. Why the old log-probs are computed under `no_grad` and cached once: what each omission costs.
 #
 # Everything below calls the twins' own functions (`rollout`, `update_policy`, `policy_logprobs`,
-# `grpo_loss`). The formulas taught here are defined in the notebook's cells; `workbook/nb02.py` only
+# `grpo_loss`). The formulas taught here are defined in the notebook's cells; `workbook/nb02_ratio.py` only
 # snapshots a run, replays its next update in different ways and draws.
 
 # %%
@@ -45,7 +45,7 @@ import torch
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from grpo_fixed import masked_mean
-from workbook import nb02
+from workbook import nb02_ratio
 from workbook.catalog import hybrid
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, curves
@@ -72,7 +72,7 @@ def token_advantages(batch):
     return batch["advantages"][:, None].expand_as(mask)[mask]  # (N, 1) -> (N, T) -> (n_tokens,)
 
 
-snap = nb02.warm_start(iterations=20, seed=0)
+snap = nb02_ratio.warm_start(iterations=20, seed=0)
 batch, cfg = snap.batch, snap.cfg
 for name, value in batch.items():
     print(f"{name:17s} {str(tuple(value.shape)):8s} {value.dtype}")
@@ -109,7 +109,7 @@ def true_ratio(policy, batch, temperature):
     return torch.exp(logprobs - batch["old_logprobs"])[batch["mask"]]
 
 
-policy, optimizer = nb02.restore(snap)
+policy, optimizer = nb02_ratio.restore(snap)
 rho0 = true_ratio(policy, batch, cfg.temperature)  # (n_tokens,)
 print(f"at the snapshot's weights: max |rho - 1| = {(rho0 - 1).abs().max():.1e} over {rho0.numel()} tokens")
 assert (rho0 == 1).all()
@@ -189,12 +189,12 @@ assert n_clipped[0] == 0 and n_clipped[1] > 0 and n_clipped[3] > n_clipped[2] > 
 # state carried over) from the snapshot, at the default lr = 3e-3 and clip = 0.2; `true_ratio` before each.
 
 # %%
-trace = nb02.inner_trace(grpo_fixed, snap, steps=8, lr=3e-3, clip=0.2, ratio_fn=true_ratio)
+trace = nb02_ratio.inner_trace(grpo_fixed, snap, steps=8, lr=3e-3, clip=0.2, ratio_fn=true_ratio)
 nonzero = token_adv != 0
 print("k   mean rho A>0  mean rho A<0   mean A*log(rho)   sign(log rho) == sign(A)")
 drift = []  # (k, mean rho A>0, mean rho A<0, mean A log rho, sign agreement)
 for k, ratio in enumerate(trace["ratio"]):
-    pos, neg = nb02.sign_means(ratio, token_adv)
+    pos, neg = nb02_ratio.sign_means(ratio, token_adv)
     weighted = (token_adv * ratio.log()).mean().item()
     agree = (torch.sign(ratio.log()) == torch.sign(token_adv))[nonzero].float().mean().item()
     drift.append((k, pos, neg, weighted, agree))
@@ -252,7 +252,7 @@ print(f"tokens clipped per step k (of {n_tokens}):", " ".join(f"{c:3d}" for c in
 assert by_definition == [round(f * n_tokens) for f in trace["clipped"]]  # what the loss's own records count
 
 # %%
-fig = nb02.draw_histograms(trace, token_adv, steps=(1, 3, 7), clip=0.2, clipped_fn=clipped)
+fig = nb02_ratio.draw_histograms(trace, token_adv, steps=(1, 3, 7), clip=0.2, clipped_fn=clipped)
 fig.suptitle("grpo_fixed: ratio pi_k / pi_old by sign of A (dashed: clip window 0.8, 1.2)")
 plt.show()
 
@@ -301,13 +301,13 @@ plt.show()
 LRS = (3e-4, 1e-3, 3e-3, 1e-2)  # the lr slider's positions
 CLIPS = (0.1, 0.2, 0.3)  # the clip slider's
 B3_CLIP = 0.2  # any clip >= 0 gives B3 the same replay
-drift_figure = nb02.DriftFigure(max_steps=16, clipped_fn=clipped)
+drift_figure = nb02_ratio.DriftFigure(max_steps=16, clipped_fn=clipped)
 
 
 def replays(steps, lr, clip):
-    """(B3 trace, fixed trace) of `steps` full-batch inner steps from the snapshot; cached by nb02.inner_trace."""
-    return (nb02.inner_trace(B3, snap, steps, lr, B3_CLIP, ratio_fn=true_ratio),
-            nb02.inner_trace(grpo_fixed, snap, steps, lr, clip, ratio_fn=true_ratio))
+    """(B3 trace, fixed trace) of `steps` full-batch inner steps from the snapshot; cached by nb02_ratio.inner_trace."""
+    return (nb02_ratio.inner_trace(B3, snap, steps, lr, B3_CLIP, ratio_fn=true_ratio),
+            nb02_ratio.inner_trace(grpo_fixed, snap, steps, lr, clip, ratio_fn=true_ratio))
 
 
 def update_drift(steps, lr, clip):
@@ -317,10 +317,10 @@ def update_drift(steps, lr, clip):
 for lr in LRS:  # every (lr, clip) position, replayed once now
     for clip in CLIPS:
         replays(8, lr, clip)
-w_drift = live_plot(drift_figure.fig, update_drift, caption=nb02.DRIFT_CAPTION,
+w_drift = live_plot(drift_figure.fig, update_drift, caption=nb02_ratio.DRIFT_CAPTION,
                     steps=slider(8, 1, 16, 1, "inner steps", integer=True),
-                    lr=nb02.choice(LRS, 3e-3, "lr", ".0e"),
-                    clip=nb02.choice(CLIPS, 0.2, "clip"))
+                    lr=nb02_ratio.choice(LRS, 3e-3, "lr", ".0e"),
+                    clip=nb02_ratio.choice(CLIPS, 0.2, "clip"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -347,11 +347,11 @@ show(small_lr)
 assert small_lr["first_clip_buggy"] is None and small_lr["first_clip_fixed"] > default["first_clip_fixed"]
 
 # %%
-steps_before = nb02.replays_run()
+steps_before = nb02_ratio.replays_run()
 set_value(w_drift, "lr", 3e-3)  # back to the default: both replays cached, only the redraw
-assert nb02.replays_run() == steps_before
-b3_other_clip = nb02.inner_trace(B3, snap, 3, 3e-3, 0.4, ratio_fn=true_ratio)  # B3 at another clip
-b3_default = nb02.inner_trace(B3, snap, 3, 3e-3, B3_CLIP, ratio_fn=true_ratio)
+assert nb02_ratio.replays_run() == steps_before
+b3_other_clip = nb02_ratio.inner_trace(B3, snap, 3, 3e-3, 0.4, ratio_fn=true_ratio)  # B3 at another clip
+b3_default = nb02_ratio.inner_trace(B3, snap, 3, 3e-3, B3_CLIP, ratio_fn=true_ratio)
 print(f"B3's replay at clip 0.4 equals the one at clip {B3_CLIP}: "
       f"{all(torch.equal(a, b) for a, b in zip(b3_other_clip['ratio'], b3_default['ratio'], strict=True))}")
 assert all(torch.equal(a, b) for a, b in zip(b3_other_clip["ratio"], b3_default["ratio"], strict=True))
@@ -414,7 +414,7 @@ variants = {
 print(f"{'variant':20s} {'gap':>9s} {'rho0 cached':>12s} {'rho0 sampler':>13s} {'last':>7s}  failed health checks")
 audit = {}
 for name, (module, overrides) in variants.items():
-    audit[name] = a = nb02.ratio_audit(module, snap, **overrides)
+    audit[name] = a = nb02_ratio.ratio_audit(module, snap, **overrides)
     print(f"{name:20s} {a['gap']:9.2e} {a['first_cached']:12.2e} {a['first_sampler']:13.2e} {a['last_cached']:7.3f}  "
           f"{a['health'] or '-'}")
 assert audit["fixed"]["health"] == [] and audit["fixed"]["first_sampler"] == 0
@@ -472,7 +472,7 @@ torch.manual_seed(0)  # the dropout masks come from the global generator
 print(f"{'old pass / new pass':28s} {'rho range':>16s}  {'mean log rho':>12s}  clipped at 0.2")
 dropout_rows = {}
 for name, (p, (old_train, old_seed), (new_train, new_seed)) in PAIRS.items():
-    policy_p, _ = nb02.restore(snap, dropout=p)
+    policy_p, _ = nb02_ratio.restore(snap, dropout=p)
     old = logprobs_in_mode(policy_p, batch, cfg.temperature, train=old_train, mask_seed=old_seed)  # (N, T)
     new = logprobs_in_mode(policy_p, batch, cfg.temperature, train=new_train, mask_seed=new_seed)  # (N, T)
     log_rho = (new - old)[batch["mask"]]  # (n_tokens,)
@@ -578,12 +578,12 @@ def mismatch_stats(logq, logp):
     return mean.item(), (second - mean**2).sqrt().item()
 
 
-policy_e, _ = nb02.restore(snap)
+policy_e, _ = nb02_ratio.restore(snap)
 policy_e.eval()
 with torch.no_grad():
     logits = grpo_fixed.completion_logits(policy_e, batch["prompts"], batch["completions"])[batch["mask"]]  # (n, V)
     sampler = torch.log_softmax(logits / cfg.temperature, -1)  # (n, V) what rollout samples from
-    policy_d, _ = nb02.restore(snap, dropout=0.1)
+    policy_d, _ = nb02_ratio.restore(snap, dropout=0.1)
     policy_d.train()
     torch.manual_seed(0)
     dropped = torch.stack([grpo_fixed.completion_logits(policy_d, batch["prompts"], batch["completions"])[batch["mask"]]
@@ -696,8 +696,8 @@ assert abs(loss.item() - 0.4) < 1e-6  # the no-exp loss at the first step
 x = torch.linspace(-1.5, 1.5, 301)  # log-ratio logp - old_logp
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.0), sharey=True, layout="constrained")
 for ax, a in zip(axes, (1.0, -1.0), strict=True):
-    ax.plot(x, nb02.surrogate_grad(grpo_fixed.grpo_loss, x, a), color=FIXED, label="exp (grpo_loss)")
-    ax.plot(x, nb02.surrogate_grad(grpo_loss_no_exp, x, a), color=BUGGY, ls="--", label="no exp (hypothetical)")
+    ax.plot(x, nb02_ratio.surrogate_grad(grpo_fixed.grpo_loss, x, a), color=FIXED, label="exp (grpo_loss)")
+    ax.plot(x, nb02_ratio.surrogate_grad(grpo_loss_no_exp, x, a), color=BUGGY, ls="--", label="no exp (hypothetical)")
     ax.axvline(0, color=REFERENCE, lw=0.8)
     ax.set_title(f"A = {a:+.0f}", fontsize="medium")
     ax.set_xlabel("log-ratio  logp - old_logp  (0 = first inner step)")
@@ -707,7 +707,7 @@ plt.show()
 windows = {}
 for a in (1.0, -1.0):
     for name, loss_fn in [("exp", grpo_fixed.grpo_loss), ("no exp", grpo_loss_no_exp)]:
-        active = x[nb02.surrogate_grad(loss_fn, x, a) != 0]
+        active = x[nb02_ratio.surrogate_grad(loss_fn, x, a) != 0]
         windows[a, name] = (active.min().item(), active.max().item())
         print(f"A={a:+.0f} {name:6s}: gradient for log-ratio in [{active.min():+.2f}, {active.max():+.2f}] "
               f"(ratio e^x in [{active.min().exp():.3f}, {active.max().exp():.3f}])")
@@ -735,7 +735,7 @@ assert late["exp (fixed)"] > late["no exp"] > 0.5  # it learns, less well
 # %%
 fig, ax = plt.subplots(figsize=(6, 3), layout="constrained")
 curves(ax, {"exp (fixed)": history_fixed, "no exp": history_no_exp}, "reward",
-       colors={"exp (fixed)": FIXED, "no exp": BUGGY}, smooth=5)
+       colors={"exp (fixed)": FIXED, "no exp": BUGGY}, window=5)
 ax.set_title("EchoTask reward, seed 0 (5-iteration moving mean)", fontsize="medium")
 plt.show()
 
@@ -762,7 +762,7 @@ plt.show()
 # %% [markdown]
 # ## 7. Old log-probs: under `no_grad`, cached once
 #
-# **Question.** The spec says "cached old-policy logprobs, computing old logprobs under `no_grad`". What
+# **Question.** The twins cache the old-policy log-probs once per rollout, computed under `no_grad`. What
 # breaks without `no_grad`, and what breaks without the cache?
 #
 # **Key equation.** If the old log-probs keep their autograd graph, they depend on θ too. At the first
@@ -793,7 +793,7 @@ def saved_for_backward(fn, params):
     return result, sum(storages.values())
 
 
-policy_m, _ = nb02.restore(snap)
+policy_m, _ = nb02_ratio.restore(snap)
 policy_m.eval()  # as in rollout
 memory = {}
 for name, grad in [("under no_grad (rollout)", False), ("without no_grad", True)]:
@@ -827,7 +827,7 @@ def grpo_loss_no_detach(logprobs, old_logprobs, advantages, mask, clip=0.2):
 pg_grad = {}
 for name, loss_fn in [("grpo_loss (detaches)", grpo_fixed.grpo_loss),
                       ("no detach (hypothetical)", grpo_loss_no_detach)]:
-    policy_g, _ = nb02.restore(snap)
+    policy_g, _ = nb02_ratio.restore(snap)
     policy_g.eval()
     old_lp = grpo_fixed.policy_logprobs(policy_g, batch["prompts"], batch["completions"], cfg.temperature)  # graph
     policy_g.train()
@@ -846,20 +846,20 @@ assert relative < 1e-6
 # backpropagates through the same rollout graph again:
 
 # %%
-policy_c, optimizer_c = nb02.restore(snap)
+policy_c, optimizer_c = nb02_ratio.restore(snap)
 policy_c.eval()
 graph_batch = dict(batch, old_logprobs=grpo_fixed.policy_logprobs(policy_c, batch["prompts"], batch["completions"],
                                                                  cfg.temperature))  # cached with its graph
 outcome = {}
 for name, module in [("grpo_fixed", grpo_fixed), ("no detach", fixed_with("no_detach", grpo_loss=grpo_loss_no_detach))]:
-    policy_c, optimizer_c = nb02.restore(snap)
+    policy_c, optimizer_c = nb02_ratio.restore(snap)
     try:
         recs = module.update_policy(policy_c, optimizer_c, graph_batch, cfg, torch.Generator().manual_seed(0))
         outcome[name] = "4 inner steps, grad norms " + " ".join(f"{r['grad_norm']:.4f}" for r in recs)
     except RuntimeError as err:
         outcome[name] = f"RuntimeError: {str(err).split('(')[0].strip()}"
     print(f"{name:10s} {outcome[name]}")
-reference = grpo_fixed.update_policy(*nb02.restore(snap), batch, cfg, torch.Generator().manual_seed(0))
+reference = grpo_fixed.update_policy(*nb02_ratio.restore(snap), batch, cfg, torch.Generator().manual_seed(0))
 assert outcome["grpo_fixed"].endswith(" ".join(f"{r['grad_norm']:.4f}" for r in reference))  # memory only
 assert outcome["no detach"].startswith("RuntimeError: Trying to backward through the graph a second time")
 

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # 03 — Catch it early: assertions and logging for a GRPO trainer
 #
-# **The interview question** (follow-up 3 of the debugging round): *"Your GRPO trainer runs without an
+# **The interview question** (follow-up 3 of SPEC.md): *"Your GRPO trainer runs without an
 # exception and learns poorly. What would you assert and log so that the next broken run fails loudly at
 # iteration 0, not quietly after a day of compute?"*
 #

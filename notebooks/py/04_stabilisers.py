@@ -14,7 +14,7 @@
 # %% [markdown]
 # # 04 — The four stabilisers: clipping, KL to a reference, reward normalisation, gradient clipping
 #
-# **The interview question** (seed 000, follow-up 4). *"Explain the roles of clipping, a
+# **The interview question** (follow-up 4 of SPEC.md). *"Explain the roles of clipping, a
 # reference-policy KL penalty, reward normalisation and gradient clipping."*
 #
 # Anyone can recite "clipping keeps the update close". After this notebook you can defend each
@@ -35,7 +35,7 @@
 #
 # Everything below calls the twins' own functions (`grpo_loss`, `kl_to_reference`, `group_advantage`,
 # `train`). The code being taught (the estimators, the clip-only loss, the advantage variants, the Adam
-# toy) is in the cells; `workbook/nb04.py` is machinery only: 1-token autograd probes, exact KL sums, and
+# toy) is in the cells; `workbook/nb04_stabilisers.py` is machinery only: 1-token autograd probes, exact KL sums, and
 # `instrumented_run`, a cached `train()` that also records the inner steps and the exact KL.
 
 # %%
@@ -52,10 +52,11 @@ from IPython.display import display
 import grpo_buggy
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
-from workbook import nb04
+from workbook import nb04_stabilisers
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
-from workbook.widgets import live_plot, set_value, slider
+from workbook.run_summary import tail_mean
+from workbook.widgets import choice, live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 TWINS = {"buggy": grpo_buggy, "fixed": grpo_fixed}
@@ -92,7 +93,7 @@ def timed_set(w, name, description, value):
 # of ρA instead of on ρ.
 #
 # **Tiny input.** One sequence of one token with log π_old = 0 and log π = log ρ, so the loss *is*
-# −J(ρ); autograd gives ∂J/∂log π (`nb04.surrogate_and_grad`). |A| = 1.5, ε = 0.2.
+# −J(ρ); autograd gives ∂J/∂log π (`nb04_stabilisers.surrogate_and_grad`). |A| = 1.5, ε = 0.2.
 
 # %%
 RHOS = [0.5, 0.9, 1.0, 1.1, 1.5, 3.0]
@@ -101,7 +102,7 @@ print(f"{'A':>5} {'rho':>5} | {'J buggy':>8} {'dJ buggy':>9} | {'J fixed':>8} {'
 for adv in (1.5, -1.5):
     for rho in RHOS:
         for name, twin in TWINS.items():
-            surrogate[name, adv, rho] = nb04.surrogate_and_grad(twin.grpo_loss, rho, adv, clip=0.2)
+            surrogate[name, adv, rho] = nb04_stabilisers.surrogate_and_grad(twin.grpo_loss, rho, adv, clip=0.2)
         (j_b, g_b), (j_f, g_f) = surrogate["buggy", adv, rho], surrogate["fixed", adv, rho]
         print(f"{adv:+5.1f} {rho:5.2f} | {j_b:+8.4f} {g_b:+9.4f} | {j_f:+8.4f} {g_f:+9.4f}")
 assert surrogate["fixed", 1.5, 1.5][1] == surrogate["fixed", 1.5, 3.0][1] == 0.0  # past 1 + eps: flat
@@ -132,8 +133,8 @@ def clip_only_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
 print(f"{'A':>5} {'rho':>5} | {'dJ with min':>11} {'dJ clip only':>12}")
 with_min, clip_only = {}, {}
 for adv, rho in ((1.5, 0.5), (1.5, 1.5), (-1.5, 0.5), (-1.5, 1.5)):
-    with_min[adv, rho] = nb04.surrogate_and_grad(grpo_fixed.grpo_loss, rho, adv, clip=0.2)[1]
-    clip_only[adv, rho] = nb04.surrogate_and_grad(clip_only_loss, rho, adv, clip=0.2)[1]
+    with_min[adv, rho] = nb04_stabilisers.surrogate_and_grad(grpo_fixed.grpo_loss, rho, adv, clip=0.2)[1]
+    clip_only[adv, rho] = nb04_stabilisers.surrogate_and_grad(clip_only_loss, rho, adv, clip=0.2)[1]
     print(f"{adv:+5.1f} {rho:5.2f} | {with_min[adv, rho]:+11.4f} {clip_only[adv, rho]:+12.4f}")
 assert set(clip_only.values()) == {0.0}  # no gradient on either side of the window
 assert math.isclose(with_min[1.5, 0.5], 0.75) and math.isclose(with_min[-1.5, 1.5], -2.25)  # the min pulls back
@@ -150,7 +151,7 @@ assert math.isclose(with_min[1.5, 0.5], 0.75) and math.isclose(with_min[-1.5, 1.
 # in units of |A|; the grey band is [1−ε, 1+ε]. On the unclipped branch J and its gradient are the same
 # number ρA (because ∂ρ/∂log π = ρ), so the dashed line lies on the solid one; they part where the flat
 # piece takes over (J constant, gradient 0). In these units the fixed twin's picture does not change
-# when |A| moves; B4's does. Every slider position is computed up front (`nb04.surrogate_grid`: one
+# when |A| moves; B4's does. Every slider position is computed up front (`nb04_stabilisers.surrogate_grid`: one
 # batched call of each twin's `grpo_loss` per clip value, for all 111 ratios and 24 advantages), so a
 # move only redraws.
 
@@ -167,7 +168,7 @@ def clipping_curves(clip: float):
     advs = [a for size in ADV_SIZES for a in (size, -size)]
     curves = {}
     for name, twin in TWINS.items():
-        J, dJ = nb04.surrogate_grid(twin.grpo_loss, RATIO_GRID, advs, clip)  # (K, R) each
+        J, dJ = nb04_stabilisers.surrogate_grid(twin.grpo_loss, RATIO_GRID, advs, clip)  # (K, R) each
         curves[name] = {(a, kind): values[k].tolist() for k, a in enumerate(advs) for kind, values in
                         (("J", J), ("dJ", dJ))}
     return curves
@@ -208,7 +209,7 @@ def update_clipping(clip, adv_size):
             J, dJ = curves[sign * round(adv_size, 2), "J"], curves[sign * round(adv_size, 2), "dJ"]
             lines[sign, "J"].set_ydata([j / adv_size for j in J])
             lines[sign, "dJ"].set_ydata([g / adv_size for g in dJ])
-            zeros[f"{name} A{'>' if sign > 0 else '<'}0"] = nb04.zero_grad_interval(RATIO_GRID, dJ)
+            zeros[f"{name} A{'>' if sign > 0 else '<'}0"] = nb04_stabilisers.zero_grad_interval(RATIO_GRID, dJ)
     title_clip.set_text(f"J (solid) and dJ/dlog pi (dashed) in units of |A|; clip {clip:.2f}, |A| {adv_size:.2f}")
     return zeros
 
@@ -311,7 +312,7 @@ N_SAMPLES = 2000
 table = {}  # (pair, estimator) -> (mean, std, bias, fraction < 0)
 print(f"{'pair':9s} {'KL exact':>8} | {'estimator':16s} {'mean':>8} {'std':>8} {'bias':>8} {'P(<0)':>6}")
 for name, logp in PAIRS.items():
-    kl = nb04.kl_exact(logp, REF)
+    kl = nb04_stabilisers.kl_exact(logp, REF)
     _, estimates = kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
     for est_name, values in estimates.items():
         mean, std = values.mean().item(), values.std().item()
@@ -350,7 +351,7 @@ for name, logp in PAIRS.items():
     fixed, buggy = grpo_fixed.kl_to_reference(*args).item(), grpo_buggy.kl_to_reference(*args).item()
     print(f"{name:9s} fixed {fixed:8.4f} (k3 {estimates['k3'].mean().item():8.4f})   buggy {buggy:8.4f} "
           f"(reversed {estimates['k3 reversed (B8)'].mean().item():8.4f}; exact chi2 - KL "
-          f"{nb04.chi2(logp, REF) - nb04.kl_exact(logp, REF):8.4f})")
+          f"{nb04_stabilisers.chi2(logp, REF) - nb04_stabilisers.kl_exact(logp, REF):8.4f})")
     assert math.isclose(fixed, estimates["k3"].mean().item(), rel_tol=1e-5, abs_tol=1e-7)
     assert math.isclose(buggy, estimates["k3 reversed (B8)"].mean().item(), rel_tol=1e-5, abs_tol=1e-7)
 
@@ -365,7 +366,7 @@ for t in path:
     logp = torch.log_softmax((1 - t) * REF + t * PAIRS["learned"], -1)  # (V,)
     tokens, _ = kl_estimator_samples(logp, REF, N_SAMPLES, torch.Generator().manual_seed(0))
     args = (logp[tokens][None], REF[tokens][None], torch.ones(1, N_SAMPLES, dtype=torch.bool))
-    exact.append(nb04.kl_exact(logp, REF))
+    exact.append(nb04_stabilisers.kl_exact(logp, REF))
     for name, twin in TWINS.items():
         estimate[name].append(twin.kl_to_reference(*args).item())
 fig, axes = buggy_vs_fixed("kl_to_reference on 2000 samples vs the exact KL(pi || pi_ref)")
@@ -390,7 +391,7 @@ print(f"{'pair':9s} {'|E grad k1|':>11} {'|E grad k2 - grad KL(pi||ref)|':>31} "
       f"{'|E grad k3 - grad KL(ref||pi)|':>31} {'|grad KL(pi||ref)|':>19} {'|difference|':>13}")
 gaps = {}
 for name, logp in PAIRS.items():
-    g = nb04.pathwise_kl_grads(logp, REF)
+    g = nb04_stabilisers.pathwise_kl_grads(logp, REF)
     gaps[name] = (g["grad KL(pi||ref)"] - g["grad KL(ref||pi)"]).norm().item(), g["grad KL(pi||ref)"].norm().item()
     print(f"{name:9s} {g['E[grad k1]'].norm():11.2e} {(g['E[grad k2]'] - g['grad KL(pi||ref)']).norm():31.2e} "
           f"{(g['E[grad k3]'] - g['grad KL(ref||pi)']).norm():31.2e} {gaps[name][1]:19.4f} {gaps[name][0]:13.4f}")
@@ -433,9 +434,9 @@ assert gaps["near"][0] < 0.01 * gaps["near"][1] and gaps["learned"][0] > gaps["l
 
 # %%
 BETAS = {"0": 0.0, "0.02": 0.02, "0.1": 0.1, "0.5": 0.5}
-beta_runs = {label: nb04.instrumented_run(beta=beta, **SHORT) for label, beta in BETAS.items()}
-beta_reward = {label: nb04.tail_mean(run["clean_reward"]) for label, run in beta_runs.items()}
-beta_kl = {label: nb04.tail_mean(run["exact_kl"]) for label, run in beta_runs.items()}
+beta_runs = {label: nb04_stabilisers.instrumented_run(beta=beta, **SHORT) for label, beta in BETAS.items()}
+beta_reward = {label: tail_mean(run["clean_reward"]) for label, run in beta_runs.items()}
+beta_kl = {label: tail_mean(run["exact_kl"]) for label, run in beta_runs.items()}
 print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL (last 10)':>18} {'entropy (last)':>14}")
 for label, run in beta_runs.items():
     print(f"{label:>5} | {beta_reward[label]:16.3f} {beta_kl[label]:18.3f} {run['history'][-1]['entropy']:14.3f}")
@@ -466,7 +467,7 @@ def update_beta(beta):
     return beta_reward[beta], beta_kl[beta]
 
 
-w_beta = live_plot(fig_beta, update_beta, beta=nb04.choice(BETAS, "0.1", "beta"))
+w_beta = live_plot(fig_beta, update_beta, beta=choice(BETAS, "0.1", "beta"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -491,13 +492,14 @@ for label in ("0.5", "0"):
 # variant is `beta=-0.1` in the config; same seed and settings as above.
 
 # %%
-flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"], "-0.1": nb04.instrumented_run(beta=-0.1, **SHORT)}
+flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"],
+             "-0.1": nb04_stabilisers.instrumented_run(beta=-0.1, **SHORT)}
 warnings_per_run = {label: sum(bool(s["health"]) for s in run["history"]) for label, run in flip_runs.items()}
 print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL at it 9':>16} {'exact KL (last 10)':>18} "
       f"{'entropy (last)':>14} {'health warnings':>15}")
 for label, run in flip_runs.items():
-    print(f"{label:>5} | {nb04.tail_mean(run['clean_reward']):16.3f} {run['exact_kl'][9]:16.3f} "
-          f"{nb04.tail_mean(run['exact_kl']):18.3f} {run['history'][-1]['entropy']:14.3f} "
+    print(f"{label:>5} | {tail_mean(run['clean_reward']):16.3f} {run['exact_kl'][9]:16.3f} "
+          f"{tail_mean(run['exact_kl']):18.3f} {run['history'][-1]['entropy']:14.3f} "
           f"{warnings_per_run[label]:15d}")
 fig, (ax_k, ax_e) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
 for (label, run), color in zip(flip_runs.items(), (FIXED, REFERENCE, BUGGY), strict=True):
@@ -510,7 +512,7 @@ plt.show()
 flipped, free = flip_runs["-0.1"], flip_runs["0"]
 assert flipped["exact_kl"][9] > 1.3 * free["exact_kl"][9]  # faster than with no penalty at all
 assert flipped["history"][-1]["entropy"] < 0.2 * free["history"][-1]["entropy"]
-assert nb04.tail_mean(flipped["clean_reward"]) < nb04.tail_mean(free["clean_reward"]) - 0.1
+assert tail_mean(flipped["clean_reward"]) < tail_mean(free["clean_reward"]) - 0.1
 assert warnings_per_run["-0.1"] == 0  # no health check fires
 
 # %% [markdown]
@@ -604,7 +606,8 @@ print(f"                       normalised s = 100: {grpo_fixed.group_advantage([
 print(f"{'scale s':>8} | {'grad norm, A = r - mean':>23} {'grad norm, normalised':>21}")
 grad_norms = {}
 for scale in (0.01, 1.0, 100.0):
-    grad_norms[scale] = tuple(nb04.pg_grad_norm(fn, scale) for fn in (centred_advantage, grpo_fixed.group_advantage))
+    grad_norms[scale] = tuple(nb04_stabilisers.pg_grad_norm(fn, scale)
+                              for fn in (centred_advantage, grpo_fixed.group_advantage))
     print(f"{scale:8.2f} | {grad_norms[scale][0]:23.4e} {grad_norms[scale][1]:21.4e}")
 assert math.isclose(grad_norms[100.0][0], 1e4 * grad_norms[0.01][0], rel_tol=1e-4)  # proportional to s
 assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # s cancels
@@ -622,11 +625,11 @@ assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # 
 # %%
 SCALES = {"0.01": 0.01, "1": 1.0, "100": 100.0}
 NORMALISATION = {False: centred_advantage, True: None}  # None: the twin's own group_advantage
-scale_runs = {(label, norm): nb04.instrumented_run(advantage_fn=NORMALISATION[norm], reward_scale=s, beta=0.02,
-                                                   **SHORT)
+scale_runs = {(label, norm): nb04_stabilisers.instrumented_run(advantage_fn=NORMALISATION[norm], reward_scale=s,
+                                                                beta=0.02, **SHORT)
               for label, s in SCALES.items() for norm in (False, True)}
-scale_reward = {key: nb04.tail_mean(run["clean_reward"]) for key, run in scale_runs.items()}
-scale_kl = {key: nb04.tail_mean(run["exact_kl"]) for key, run in scale_runs.items()}
+scale_reward = {key: tail_mean(run["clean_reward"]) for key, run in scale_runs.items()}
+scale_kl = {key: tail_mean(run["exact_kl"]) for key, run in scale_runs.items()}
 print(f"{'scale':>6} {'normalised':>10} | {'reward (last 10)':>16} {'exact KL (last 10)':>18} {'max grad norm':>13}")
 for (label, norm), run in scale_runs.items():
     print(f"{label:>6} {norm!s:>10} | {scale_reward[label, norm]:16.3f} {scale_kl[label, norm]:18.3f} "
@@ -661,7 +664,7 @@ def update_scale(scale):
     return {norm: scale_reward[scale, norm] for norm in (False, True)}
 
 
-w_scale = live_plot(fig_scale, update_scale, scale=nb04.choice(SCALES, "0.01", "reward scale"))
+w_scale = live_plot(fig_scale, update_scale, scale=choice(SCALES, "0.01", "reward scale"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -808,9 +811,9 @@ assert seen == {1000.0: (False, False), 5.0: (True, False)}  # the mean misses t
 # %% [markdown]
 # ### 3.4 Population vs sample std
 #
-# **Question.** The spec (seed 000) asks for the *population* std, dividing the squared deviations by G.
-# `Tensor.std()` divides by G − 1 by default (Bessel's correction, `correction=1`, formerly
-# `unbiased=True`). Does it matter?
+# **Question.** The spec (SPEC.md, sentence S4 `population-std`) asks for the *population* std, dividing the
+# squared deviations by G. `Tensor.std()` divides by G − 1 by default (Bessel's correction, `correction=1`,
+# formerly `unbiased=True`). Does it matter?
 #
 # **Key equation.** std_{G−1} = std_G · √(G/(G−1)), so the sample-std advantage is the population one
 # times √((G−1)/G): 0.7071 for G = 2, 0.9354 for G = 8. The bound of notebook 04 §3.3 becomes
@@ -968,9 +971,10 @@ print(f"default max_grad_norm {MAX_GRAD_NORM:g}; grad_norm: {grpo_fixed.STATS['g
 # and the ratio is clipped, so gradients are small. The pre-clip norms of the β = 0.02 run above:
 
 # %%
-norms = nb04.step_norms(beta_runs["0.02"])  # every inner step
+norms = nb04_stabilisers.step_norms(beta_runs["0.02"])  # every inner step
 above = sum(n > MAX_GRAD_NORM for n in norms)
-print(f"inner steps {len(norms)}, median pre-clip norm {nb04.quantile(norms, 0.5):.3f}, max {max(norms):.3f}, "
+print(f"inner steps {len(norms)}, median pre-clip norm {nb04_stabilisers.quantile(norms, 0.5):.3f}, "
+      f"max {max(norms):.3f}, "
       f"steps above max_grad_norm: {above} ({above / len(norms):.3f}), largest shrink factor "
       f"{max(norms) / MAX_GRAD_NORM:.3f}")
 assert above / len(norms) < 0.05 and max(norms) < 1.5 * MAX_GRAD_NORM
@@ -994,8 +998,8 @@ assert above / len(norms) < 0.05 and max(norms) < 1.5 * MAX_GRAD_NORM
 # (notebook 04 §3.1, s = 1):
 
 # %%
-healthy = nb04.step_norms(scale_runs["1", False])
-pick = {q: nb04.quantile(healthy, q) for q in (0.5, 0.9, 0.99)}
+healthy = nb04_stabilisers.step_norms(scale_runs["1", False])
+pick = {q: nb04_stabilisers.quantile(healthy, q) for q in (0.5, 0.9, 0.99)}
 PICKED = 0.3  # the 99th percentile, rounded up
 print("healthy run, pre-clip norms: " + ", ".join(f"p{round(100 * q)} {v:.3f}" for q, v in pick.items())
       + f", max {max(healthy):.3f}; c = {PICKED} would clip {sum(n > PICKED for n in healthy)} of {len(healthy)} steps")
@@ -1010,10 +1014,11 @@ assert pick[0.99] < PICKED < 2 * pick[0.99] and sum(n > PICKED for n in healthy)
 # %%
 GLITCH = dict(glitch_prob=0.005, glitch_size=1000.0, **SHORT)
 CAPS = {"0.05": 0.05, "0.1": 0.1, f"{PICKED}": PICKED, "1": 1.0, "none (B11)": math.inf}
-clip_runs = {label: (nb04.instrumented_run("B11", advantage_fn=centred_advantage, **GLITCH) if math.isinf(c) else
-                     nb04.instrumented_run(advantage_fn=centred_advantage, max_grad_norm=c, **GLITCH))
+clip_runs = {label: (nb04_stabilisers.instrumented_run("B11", advantage_fn=centred_advantage, **GLITCH)
+                     if math.isinf(c) else
+                     nb04_stabilisers.instrumented_run(advantage_fn=centred_advantage, max_grad_norm=c, **GLITCH))
              for label, c in CAPS.items()}
-normalised_glitch = nb04.instrumented_run(**GLITCH)  # A normalised again; c = the default
+normalised_glitch = nb04_stabilisers.instrumented_run(**GLITCH)  # A normalised again; c = the default
 glitched_steps = {label: [bool(n) for n in run["glitches"] for _ in run["inner"][0]]  # per inner step
                   for label, run in clip_runs.items()}
 
@@ -1028,13 +1033,14 @@ print(f"{'cap c':>17} | {'clip rate':>9} {'steps in glitch batches':>23} | {'rew
       f"{'median pre-clip':>15} {'max pre-clip':>12}")
 cap_table = {}
 for label, run in {**clip_runs, "normalised A, c = 1": normalised_glitch}.items():
-    norms, cap = nb04.step_norms(run), CAPS.get(label, MAX_GRAD_NORM)
+    norms, cap = nb04_stabilisers.step_norms(run), CAPS.get(label, MAX_GRAD_NORM)
     in_glitch = sum(bool(n) for n in run["glitches"]) / len(run["glitches"])
-    cap_table[label] = (clip_rate(norms, cap), in_glitch, nb04.tail_mean(run["clean_reward"]), max(norms))
+    cap_table[label] = (clip_rate(norms, cap), in_glitch, tail_mean(run["clean_reward"]), max(norms))
     print(f"{label:>17} | {cap_table[label][0]:9.3f} {in_glitch:23.3f} | {cap_table[label][2]:16.3f} "
-          f"{nb04.quantile(norms, 0.5):15.3f} {max(norms):12.1f}")
+          f"{nb04_stabilisers.quantile(norms, 0.5):15.3f} {max(norms):12.1f}")
 rate, reward = {k: v[0] for k, v in cap_table.items()}, {k: v[2] for k, v in cap_table.items()}
-assert [n > CAPS["0.3"] for n in nb04.step_norms(clip_runs["0.3"])] == glitched_steps["0.3"]  # exactly those
+clipped_steps = [n > CAPS["0.3"] for n in nb04_stabilisers.step_norms(clip_runs["0.3"])]
+assert clipped_steps == glitched_steps["0.3"]  # exactly those
 assert rate["0.05"] > 0.95 and rate["0.1"] > 0.5  # caps below the median clip (almost) every step
 assert reward["0.05"] > reward["0.1"] > reward["0.3"] > reward["1"] > reward["none (B11)"]
 assert all(v[3] > grpo_fixed.STATS["grad_norm"].hi for k, v in cap_table.items() if k in CAPS)  # spikes
@@ -1062,7 +1068,7 @@ assert reward["normalised A, c = 1"] > max(reward[k] for k in CAPS) and rate["no
 # %%
 fig_gc, (ax_gb, ax_gf) = buggy_vs_fixed(figsize=(9.0, 3.2))
 fig_gc.suptitle("gradient norm per inner step (log scale)")
-unclipped = nb04.step_norms(clip_runs["none (B11)"])
+unclipped = nb04_stabilisers.step_norms(clip_runs["none (B11)"])
 ax_gb.set_title("hybrid('B11'): no clipping", color=BUGGY)
 ax_gb.plot(unclipped, color=BUGGY, lw=1, label="pre-clip = applied")
 (pre_line,) = ax_gf.plot(unclipped, color="0.7", lw=1, label="pre-clip")
@@ -1070,7 +1076,7 @@ ax_gb.plot(unclipped, color=BUGGY, lw=1, label="pre-clip = applied")
 (glitch_marks,) = ax_gf.plot([], [], ".", color=BUGGY, ms=4, label="glitch batch")
 cap_line = ax_gf.axhline(1.0, color=FIXED, ls=":")
 title_gc = ax_gf.set_title(" ", color=FIXED)
-all_norms = [n for run in clip_runs.values() for n in nb04.step_norms(run)]
+all_norms = [n for run in clip_runs.values() for n in nb04_stabilisers.step_norms(run)]
 for ax in (ax_gb, ax_gf):
     ax.set(yscale="log", xlabel="inner step", ylim=(0.5 * min(all_norms), 2 * max(all_norms)))
     ax.legend(fontsize="small", loc="upper right")
@@ -1079,7 +1085,7 @@ animated(pre_line, applied_line, glitch_marks, cap_line, title_gc, ax_gf.get_leg
 
 def update_grad_clip(cap):
     """Show the run clipped at `cap` (a label of CAPS but the last); -> rewards, clip rate."""
-    norms, c = nb04.step_norms(clip_runs[cap]), CAPS[cap]
+    norms, c = nb04_stabilisers.step_norms(clip_runs[cap]), CAPS[cap]
     pre_line.set_ydata(norms)
     applied_line.set_ydata([min(n, c) for n in norms])
     glitch_marks.set_data(*zip(*[(i, n) for i, n in enumerate(norms) if glitched_steps[cap][i]], strict=True))
@@ -1088,7 +1094,7 @@ def update_grad_clip(cap):
     return {"buggy": reward["none (B11)"], "fixed": reward[cap], "clip rate": rate[cap]}
 
 
-w_clipnorm = live_plot(fig_gc, update_grad_clip, cap=nb04.choice(list(CAPS)[:-1], "0.3", "max norm"))
+w_clipnorm = live_plot(fig_gc, update_grad_clip, cap=choice(list(CAPS)[:-1], "0.3", "max norm"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT

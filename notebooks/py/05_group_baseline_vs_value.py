@@ -13,7 +13,7 @@
 # %% [markdown]
 # # 05 — Group baseline vs learned value: why GRPO can drop the critic, and where that fails
 #
-# **The interview question** (seed 000, follow-up 5): *"Why can group-relative advantages replace a learned
+# **The interview question** (follow-up 5 of SPEC.md): *"Why can group-relative advantages replace a learned
 # value function, and where does that trade-off fail?"*
 #
 # After this notebook you can say, with numbers from a model you trained:
@@ -31,7 +31,7 @@
 #    non-resettable environments; and what the wrong reshape axis (bug B9) does to the baseline.
 #
 # Everything uses the twins' own building blocks. The formulas taught here are defined in the notebook's
-# cells; `workbook/critic.py` holds the machinery: the critic's training loop (the twin's loop with another
+# cells; `workbook/nb05_critic.py` holds the machinery: the critic's training loop (the twin's loop with another
 # advantage), exact enumeration of EchoTask, the sampling experiment and the figures.
 
 # %%
@@ -44,14 +44,13 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
 
-import grpo_fixed as gf
-from workbook import catalog, plots
-from workbook import critic as C
+import grpo_fixed
+from workbook import catalog, nb05_critic, plots
 from workbook.tasks import SparseMatchTask
 from workbook.widgets import live_plot, set_value, slider
 
 started, started_cpu = time.perf_counter(), time.process_time()
-task = gf.EchoTask()
+task = grpo_fixed.EchoTask()
 B2, B9 = catalog.hybrid("B2"), catalog.hybrid("B9")
 print(f"EchoTask: vocab {task.vocab_size}, prompt length {task.prompt_length}, "
       f"max completion {task.max_completion_length}")
@@ -112,7 +111,7 @@ def std_normalised(adv):
 rewards = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # one group, G = 4
 group_adv = rewards - group_mean_baseline(rewards, 4)  # (G,)
 rloo_adv = rewards - leave_one_out_baseline(rewards, 4)  # (G,)
-twins = gf.group_advantage(rewards.tolist())  # (G,)
+twins = grpo_fixed.group_advantage(rewards.tolist())  # (G,)
 print("group mean adv:", [f"{a:+.4f}" for a in group_adv])
 print("RLOO adv      :", [f"{a:+.4f}" for a in rloo_adv], f" ratio {rloo_adv[0] / group_adv[0]:.4f}")
 print("group_advantage (twins):", [f"{a:+.4f}" for a in twins])
@@ -147,7 +146,7 @@ V = (level_p * levels).sum()
 advantages = {
     "group mean": r_all - group_mean_baseline(r_all, G4),
     "RLOO": r_all - leave_one_out_baseline(r_all, G4),
-    "std-normalised": torch.stack([gf.group_advantage(g.tolist()) for g in r_all]),  # (256, G), the twins'
+    "std-normalised": torch.stack([grpo_fixed.group_advantage(g.tolist()) for g in r_all]),  # (256, G), the twins'
 }
 std_rloo = torch.stack([std_normalised(a) for a in advantages["RLOO"]])  # (256, G)
 assert (std_rloo - advantages["std-normalised"]).abs().max() < 1e-6  # the identity, on every group
@@ -212,7 +211,7 @@ assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
 #
 # **Question.** What exactly does a critic replace, and what does it cost?
 #
-# `workbook/critic.py` keeps everything of `grpo_fixed` (TinyPolicy, `setup_run`, `rollout`/`generate`, cached
+# `workbook/nb05_critic.py` keeps everything of `grpo_fixed` (TinyPolicy, `setup_run`, `rollout`/`generate`, cached
 # old and reference log-probs, `grpo_loss`, KL, `optimizer_step`) and changes only the advantage:
 #
 # * `group`: $A_i = (r_i - \bar r)/(\text{std}(r)+\epsilon)$ within the prompt's group
@@ -234,20 +233,21 @@ assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
 # %%
 values = torch.tensor([[0.5, 0.6, 0.8, 0.0]])  # (1, T): V_phi(s_t); the 4th position is after EOS
 mask = torch.tensor([[True, True, True, False]])  # (1, T)
-gae = {lam: C.gae_advantages(values, torch.tensor([1.0]), mask, lam) for lam in (1.0, 0.5, 0.0)}  # (1, T) each
+gae = {lam: nb05_critic.gae_advantages(values, torch.tensor([1.0]), mask, lam)
+       for lam in (1.0, 0.5, 0.0)}  # (1, T) each
 for lam, adv in gae.items():
     print(f"lambda={lam:.1f}: A_t = {[f'{a:.3f}' for a in adv[0]]}")
 assert torch.allclose(gae[1.0], torch.where(mask, 1.0 - values, 0.0))  # lambda = 1: r - V(s_t)
 logp = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))  # (N, T)
 m2 = torch.tensor([[True, True, False], [True, True, True]])
-per_token = C.token_grpo_loss(logp, logp - 0.1, torch.tensor([[0.7] * 3, [-1.2] * 3]), m2)
-per_sequence = gf.grpo_loss(logp, logp - 0.1, torch.tensor([0.7, -1.2]), m2)
+per_token = nb05_critic.token_grpo_loss(logp, logp - 0.1, torch.tensor([[0.7] * 3, [-1.2] * 3]), m2)
+per_sequence = grpo_fixed.grpo_loss(logp, logp - 0.1, torch.tensor([0.7, -1.2]), m2)
 print(f"token_grpo_loss with constant rows {per_token:.6f} == grpo_loss {per_sequence:.6f}")
 assert torch.equal(per_token, per_sequence)
 
 # %% [markdown]
 # The harness is the twin: with `baseline="group"` its loop gives `grpo_fixed.train`'s statistics number for
-# number (`tests/test_critic.py` checks it; the harness only skips the preflight probes `train` runs first).
+# number (`tests/test_nb05_critic.py` checks it; the harness only skips the preflight probes `train` runs first).
 # The three runs of this notebook, each computed once: EchoTask, `steps=30, prompts_per_batch=8`, $G=8$,
 # seed 0. The critic run keeps a snapshot of its policy and critic at iteration 20 for notebook 05 §3.
 
@@ -255,8 +255,8 @@ assert torch.equal(per_token, per_sequence)
 RUN = dict(steps=30, prompts_per_batch=8)
 SNAPSHOT = 20
 runs, snapshots = {}, {}
-for name in C.BASELINES:
-    runs[name], snapshots[name] = C.train_with_baseline(baseline=name, snapshot_at=(SNAPSHOT,), **RUN)
+for name in nb05_critic.BASELINES:
+    runs[name], snapshots[name] = nb05_critic.train_with_baseline(baseline=name, snapshot_at=(SNAPSHOT,), **RUN)
 final = {name: sum(s["reward"] for s in h[-10:]) / 10 for name, h in runs.items()}
 print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in final.items()})
 
@@ -275,11 +275,11 @@ print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in fin
 
 # %%
 policy20, critic20 = snapshots["critic"][SNAPSHOT]
-prompts = C.all_prompts(task)  # (25, P)
-probs, outcome_rewards = C.exact_outcomes(policy20, task, prompts, gf.Config.temperature)  # (25, K)
+prompts = nb05_critic.all_prompts(task)  # (25, P)
+probs, outcome_rewards = nb05_critic.exact_outcomes(policy20, task, prompts, grpo_fixed.Config.temperature)  # (25, K)
 value = (probs * outcome_rewards).sum(1)  # (25,) exact V(x)
 sigma2 = (probs * (outcome_rewards - value[:, None]) ** 2).sum(1)  # (25,) within-prompt reward variance
-critic_value = C.critic_prompt_values(critic20, prompts, task)  # (25,) V_phi(s_0)
+critic_value = nb05_critic.critic_prompt_values(critic20, prompts, task)  # (25,) V_phi(s_0)
 print(f"prompts {tuple(prompts.shape)}, completions K = {probs.shape[1]}, "
       f"sum_k p = {probs.sum(1).min():.6f}..{probs.sum(1).max():.6f}")
 print(f"V(x): mean {value.mean():.3f}, min {value.min():.3f}, max {value.max():.3f}, "
@@ -309,7 +309,7 @@ def wrong_axis_baseline(rewards, G):
 
 third = 1 / 3
 rewards = torch.tensor([1.0, 2 * third, third, 0.0, 1.0, 1.0, third, 2 * third])  # (B*G,) prompt-major, B=4, G=2
-adv_fixed, adv_b9 = gf.batch_advantages(rewards, 2), B9.batch_advantages(rewards, 2)  # (B*G,)
+adv_fixed, adv_b9 = grpo_fixed.batch_advantages(rewards, 2), B9.batch_advantages(rewards, 2)  # (B*G,)
 print("true groups (B, G):", [[f"{r:.2f}" for r in row] for row in rewards.view(4, 2).tolist()])
 print("B9 rows (G, B)    :", [[f"{r:.2f}" for r in row] for row in rewards.view(2, 4).tolist()])
 print("baseline fixed:", [f"{b:.2f}" for b in group_mean_baseline(rewards, 2)])
@@ -319,12 +319,12 @@ print("adv B9   :", [f"{a:+.2f}" for a in adv_b9])
 flips = ((adv_b9.sign() != adv_fixed.sign()) & (adv_fixed != 0)).nonzero().flatten().tolist()
 prompt_mean = {name: adv.view(4, 2).mean(1).abs().max().item() for name, adv in (("fixed", adv_fixed), ("B9", adv_b9))}
 print(f"sign flips at samples {flips};  adv_group_mean: fixed {prompt_mean['fixed']:.2f}, B9 {prompt_mean['B9']:.2f} "
-      f"(healthy {gf.STATS['adv_group_mean'].lo:g} .. {gf.STATS['adv_group_mean'].hi:g})")
+      f"(healthy {grpo_fixed.STATS['adv_group_mean'].lo:g} .. {grpo_fixed.STATS['adv_group_mean'].hi:g})")
 rows = (rewards - wrong_axis_baseline(rewards, 2)).double().view(2, 4)  # (G, B): centred on the wrong rows
 assert torch.allclose(torch.cat([std_normalised(row) for row in rows]).float(), adv_b9, atol=1e-6)  # B9 exactly
 assert flips == [1, 2, 7] and (adv_fixed[4:6] == 0).all() and (adv_b9[4:6] > 0).all()
-assert gf.in_range({"adv_group_mean": prompt_mean["fixed"]}, "adv_group_mean")
-assert not gf.in_range({"adv_group_mean": prompt_mean["B9"]}, "adv_group_mean")
+assert grpo_fixed.in_range({"adv_group_mean": prompt_mean["fixed"]}, "adv_group_mean")
+assert not grpo_fixed.in_range({"adv_group_mean": prompt_mean["B9"]}, "adv_group_mean")
 
 # %% [markdown]
 # Row 0 of the buggy view holds prompts 0 and 1, row 1 prompts 2 and 3. Prompt 0's worse answer (0.67, below
@@ -353,7 +353,7 @@ baselines = {
     "critic": lambda r, G, slots: critic_value[slots],
     "B9 wrong axis": lambda r, G, slots: wrong_axis_baseline(r, G),
 }
-errors = C.baseline_experiment(probs, outcome_rewards, Gs, baselines, B=16, repeats=200,
+errors = nb05_critic.baseline_experiment(probs, outcome_rewards, Gs, baselines, B=16, repeats=200,
                                no_reset={"no reset": baselines["group mean"]})
 names = ["no baseline", "group mean", "leave-one-out", "critic", "B9 wrong axis", "no reset"]
 print("  G  " + "".join(f"{n:>15s}" for n in names) + "   sigma^2/G")
@@ -394,7 +394,7 @@ assert abs(errors[32]["B9 wrong axis"]["mse"] / (sigma2.mean() / 16) - 1) < 0.15
 # against the exact $V(x)$. On the diagonal the baseline estimates the prompt's own value.
 
 # %%
-per_prompt = C.PerPromptFigure(value, critic_value, B=16)
+per_prompt = nb05_critic.PerPromptFigure(value, critic_value, B=16)
 
 
 def update_baselines(G):
@@ -430,8 +430,9 @@ print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider m
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
-C.plot_errors_vs_G(ax, errors, {"no baseline": "#8c564b", "group mean": plots.FIXED, "leave-one-out": "#17becf",
-                                "critic": plots.REFERENCE, "B9 wrong axis": plots.BUGGY, "no reset": "#9467bd"})
+nb05_critic.plot_errors_vs_G(ax, errors, {"no baseline": "#8c564b", "group mean": plots.FIXED,
+                                          "leave-one-out": "#17becf", "critic": plots.REFERENCE,
+                                          "B9 wrong axis": plots.BUGGY, "no reset": "#9467bd"})
 ax.set_title("error of the baseline as an estimate of V(x)")
 plt.show()
 
@@ -493,14 +494,14 @@ assert abs(sum(ev) / len(ev)) < 0.1  # the critic explains about nothing on aver
 # followed by exactly one backward.
 
 # %%
-cfg = gf.make_config(**RUN)
-passes = {name: C.count_passes(baseline=name, **RUN) for name in ("group", "critic")}
+cfg = grpo_fixed.make_config(**RUN)
+passes = {name: nb05_critic.count_passes(baseline=name, **RUN) for name in ("group", "critic")}
 for name, counts in passes.items():
     print(f"{name}:")
     for (net, kind), (calls, rows) in counts.items():
         print(f"    {net:9s} {kind:16s} {calls:2d} calls, {rows:4d} rows")
-policy_params = C.parameter_count(gf.TinyPolicy(task.vocab_size, 64))
-critic_params = C.parameter_count(C.make_critic(task, 64))
+policy_params = nb05_critic.parameter_count(grpo_fixed.TinyPolicy(task.vocab_size, 64))
+critic_params = nb05_critic.parameter_count(nb05_critic.make_critic(task, 64))
 # trained network: weights + grads + Adam's two moments = 4 copies; frozen reference: weights only
 print(f"parameters: policy {policy_params}, critic {critic_params}, reference {policy_params}")
 print(f"floats held for parameters: group {4 * policy_params + policy_params}, "
@@ -545,14 +546,15 @@ for name, h in runs.items():
 
 # %%
 sparse = SparseMatchTask()
-sp_cfg = gf.make_config(prompts_per_batch=200)
-fresh, fresh_ref, _, _ = gf.setup_run(sparse, sp_cfg, seed=0)
-sp_probs, sp_rewards = C.exact_outcomes(fresh, sparse, C.all_prompts(sparse), gf.Config.temperature)
+sp_cfg = grpo_fixed.make_config(prompts_per_batch=200)
+fresh, fresh_ref, _, _ = grpo_fixed.setup_run(sparse, sp_cfg, seed=0)
+sp_probs, sp_rewards = nb05_critic.exact_outcomes(fresh, sparse, nb05_critic.all_prompts(sparse),
+                                                  grpo_fixed.Config.temperature)
 p_x = (sp_probs * sp_rewards).sum(1)  # (6,) exact success probability per prompt
 print("p(x) =", [f"{v:.4f}" for v in p_x])
 measured, predicted = {}, {}
 for G in (2, 4, 8, 16, 32):
-    _, stats = gf.rollout(fresh, fresh_ref, sparse, gf.make_config(prompts_per_batch=200, group_size=G),
+    _, stats = grpo_fixed.rollout(fresh, fresh_ref, sparse, grpo_fixed.make_config(prompts_per_batch=200, group_size=G),
                           torch.Generator().manual_seed(G))
     measured[G], predicted[G] = stats["zero_var_groups"], (p_x**G + (1 - p_x) ** G).mean().item()
     print(f"G={G:2d}: zero-variance groups measured {measured[G]:.3f}, "
@@ -581,10 +583,11 @@ plt.show()
 
 # %%
 constant = [0.0, 0.0, 0.0, 0.0]
-print("buggy group_advantage", B2.group_advantage(constant).tolist(), " fixed", gf.group_advantage(constant).tolist())
+print("buggy group_advantage", B2.group_advantage(constant).tolist(),
+      " fixed", grpo_fixed.group_advantage(constant).tolist())
 SPARSE_RUN = dict(steps=24, prompts_per_batch=8)
-sparse_runs = {"buggy": C.train_with_baseline(sparse, module=B2, **SPARSE_RUN)[0],
-               "fixed": C.train_with_baseline(sparse, **SPARSE_RUN)[0]}
+sparse_runs = {"buggy": nb05_critic.train_with_baseline(sparse, module=B2, **SPARSE_RUN)[0],
+               "fixed": nb05_critic.train_with_baseline(sparse, **SPARSE_RUN)[0]}
 late = {}
 for name, h in sparse_runs.items():
     skipped = sum(s["nonfinite_steps"] for s in h)
@@ -609,7 +612,7 @@ plt.show()
 
 # %%
 solved = torch.ones(8)
-print("group:", gf.group_advantage(solved.tolist()).tolist(), " critic (V_phi = 0.9):",
+print("group:", grpo_fixed.group_advantage(solved.tolist()).tolist(), " critic (V_phi = 0.9):",
       [f"{a:+.2f}" for a in (solved - 0.9).tolist()])
 
 # %% [markdown]
@@ -635,7 +638,7 @@ print("group:", gf.group_advantage(solved.tolist()).tolist(), " critic (V_phi = 
 # $\pm 1$, whatever the reward gap:
 
 # %%
-pairs = {tuple(pair): gf.group_advantage(pair).tolist() for pair in ([0.0, 1.0], [0.50, 0.51], [0.0, 0.01])}
+pairs = {tuple(pair): grpo_fixed.group_advantage(pair).tolist() for pair in ([0.0, 1.0], [0.50, 0.51], [0.0, 0.01])}
 for pair, adv in pairs.items():
     print(f"group_advantage({list(pair)}) = {[round(a, 4) for a in adv]}")
 print("  G  (G-1)/G  z(p=0.1)  z(p=0.5)  MSE group mean  MSE batch-mean-like (B9)")
@@ -664,7 +667,7 @@ assert errors[2]["B9 wrong axis"]["mse"] < errors[2]["group mean"]["mse"]
 print(" k   std     A(success)  A(fail)   sum|A| with std   sum|A| without   ratio")
 for k in range(1, 8):
     r = [1.0] * k + [0.0] * (8 - k)
-    with_std = gf.group_advantage(r)  # (G,)
+    with_std = grpo_fixed.group_advantage(r)  # (G,)
     without = torch.tensor(r) - k / 8  # (G,)
     std = (k / 8 * (1 - k / 8)) ** 0.5
     ratio = (with_std.abs().sum() / without.abs().sum()).item()
@@ -672,7 +675,7 @@ for k in range(1, 8):
           f"  {without.abs().sum():15.4f}  {ratio:6.3f}")
     assert abs(ratio - 1 / std) < 1e-6
 for group in ([0.50, 0.51, 0.50, 0.51], [0.0, 1.0, 0.0, 1.0]):
-    print(f"group {group} -> {[round(a, 4) for a in gf.group_advantage(group).tolist()]}")
+    print(f"group {group} -> {[round(a, 4) for a in grpo_fixed.group_advantage(group).tolist()]}")
 
 # %% [markdown]
 # The last column is $1/\text{std}$ of that group: the group with 1 success in 8 gets $1/0.3307 = 3.02$ times
@@ -696,8 +699,10 @@ for group in ([0.50, 0.51, 0.50, 0.51], [0.0, 1.0, 0.0, 1.0]):
 def binary_advantages(G, eps=1e-8):
     """The twins' advantage of a success and of a failure in a group with K successes, K = 0..G.
     -> success (G+1,), failure (G+1,) float64 (0 where no such sample exists)."""
-    success = [gf.group_advantage([1.0] * K + [0.0] * (G - K), eps)[0].item() if K > 0 else 0.0 for K in range(G + 1)]
-    failure = [gf.group_advantage([1.0] * K + [0.0] * (G - K), eps)[-1].item() if K < G else 0.0 for K in range(G + 1)]
+    success = [grpo_fixed.group_advantage([1.0] * K + [0.0] * (G - K), eps)[0].item() if K > 0 else 0.0
+               for K in range(G + 1)]
+    failure = [grpo_fixed.group_advantage([1.0] * K + [0.0] * (G - K), eps)[-1].item() if K < G else 0.0
+               for K in range(G + 1)]
     return torch.tensor(success, dtype=torch.float64), torch.tensor(failure, dtype=torch.float64)
 
 
@@ -713,7 +718,7 @@ def prompt_weight(p, G, eps=1e-8):
 p_check = 0.25
 groups = torch.tensor(list(itertools.product([0.0, 1.0], repeat=8)))  # (256, G): every binary group
 chance = (p_check ** groups.sum(1)) * ((1 - p_check) ** (8 - groups.sum(1)))  # (256,)
-adv_all = gf.batch_advantages(groups.flatten(), 8).double().view(256, 8)  # (256, G), the twins
+adv_all = grpo_fixed.batch_advantages(groups.flatten(), 8).double().view(256, 8)  # (256, G), the twins
 enumerated = (chance * adv_all[:, 0] * groups[:, 0]).sum() / (p_check * (1 - p_check))
 binomial = prompt_weight(torch.tensor([p_check], dtype=torch.float64), 8)[0]
 print(f"p = {p_check}, G = 8: c from all 256 groups {enumerated:.6f}, from the binomial sums {binomial:.6f}")
@@ -793,10 +798,10 @@ def token_grads(loss_fn):
 lp_old, adv = torch.zeros(2, 3), torch.tensor([1.0, -1.0])
 m = torch.tensor([[True, False, False], [True, True, True]])  # lengths 1 and 3
 losses = {
-    "twins (token mean)": lambda lp: gf.grpo_loss(lp, lp_old, adv, m),
-    "per-sequence": lambda lp: sum(gf.grpo_loss(lp[i : i + 1], lp_old[i : i + 1], adv[i : i + 1], m[i : i + 1])
+    "twins (token mean)": lambda lp: grpo_fixed.grpo_loss(lp, lp_old, adv, m),
+    "per-sequence": lambda lp: sum(grpo_fixed.grpo_loss(lp[i : i + 1], lp_old[i : i + 1], adv[i : i + 1], m[i : i + 1])
                                    for i in range(2)) / 2,
-    "Dr. GRPO (constant)": lambda lp: gf.grpo_loss(lp, lp_old, adv, m) * m.sum() / m.numel(),
+    "Dr. GRPO (constant)": lambda lp: grpo_fixed.grpo_loss(lp, lp_old, adv, m) * m.sum() / m.numel(),
 }
 grads = {name: token_grads(fn) for name, fn in losses.items()}  # (N, T) each: -w_i A_i on generated tokens
 for name, g in grads.items():
@@ -912,13 +917,14 @@ def exact_prefix_values(probs, rewards, completions, mask, k):
     return torch.stack([*out, rewards[k]])
 
 
-completions, cmask = C.all_completions(task)  # (K, T)
+completions, cmask = nb05_critic.all_completions(task)  # (K, T)
 partial = (outcome_rewards > 0) & (outcome_rewards < 1)  # (25, K)
 x_id = int(torch.where(partial, probs, 0.0).max(1).values.argmax())
 k_id = int(torch.where(partial[x_id], probs[x_id], 0.0).argmax())
 v_exact = exact_prefix_values(probs[x_id], outcome_rewards[x_id], completions, cmask, k_id)  # (L+1,)
 length = len(v_exact) - 1
-v_critic = C.state_values(critic20, prompts[x_id : x_id + 1], completions[k_id : k_id + 1])[0, :length].detach()
+v_critic = nb05_critic.state_values(critic20, prompts[x_id : x_id + 1], completions[k_id : k_id + 1])
+v_critic = v_critic[0, :length].detach()
 true_adv = v_exact[1:] - v_exact[:-1]  # (L,)
 grpo_adv, critic_adv = v_exact[-1] - value[x_id], v_exact[-1] - v_critic  # scalar, (L,)
 print(f"prompt {prompts[x_id].tolist()}, completion {completions[k_id, :length].tolist()}, "

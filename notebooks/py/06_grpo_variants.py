@@ -41,8 +41,9 @@
 # `verl/trainer/ppo/core_algos.py`, `verl/trainer/ppo/ray_trainer.py`. In verl the actor options sit
 # under `actor_rollout_ref.actor.` and the algorithm options under `algorithm.`.
 #
-# The code each section teaches is in its cells; `workbook/variants.py` only builds the swapped modules,
-# runs and caches the short training runs (so a slider move replays nothing), and draws.
+# The code each section teaches is in its cells, and runs as written inside a swapped copy of `grpo_fixed`
+# (helpers it calls come along); `workbook/nb06_variants.py` only trains, records and caches the short runs
+# (so a slider move replays nothing).
 
 # %%
 import math
@@ -54,9 +55,11 @@ from IPython.display import display
 
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
-from workbook import variants
+from workbook import nb06_variants
+from workbook.plots import curves, smooth
+from workbook.run_summary import tail_mean
 from workbook.tasks import RambleTask, ReverseTask, SparseMatchTask
-from workbook.widgets import live_plot, set_value, slider
+from workbook.widgets import choice, live_plot, set_value, slider
 
 started = time.perf_counter()
 SHORT = dict(steps=30, prompts_per_batch=8)  # every training run: 30 iterations of 8 prompts x 8 samples
@@ -134,13 +137,12 @@ def constant(J, mask):
 
 def aggregated_loss(aggregate, clip_high=None):
     """A grpo_loss with the twins' signature: -aggregate(J, mask). clip_high (notebook 06 §3) is the upper
-    clip radius, by default the same as clip. Helpers are closed over: a swapped function runs with the
-    globals of its grpo_fixed copy, not the notebook's."""
-    objective = per_token_objective
+    clip radius, by default the same as clip."""
 
     def grpo_loss(logprobs, old_logprobs, advantages, mask, clip=0.2):
         mask = mask.bool()
-        J = objective(logprobs, old_logprobs, advantages, mask, clip, clip if clip_high is None else clip_high)
+        high = clip if clip_high is None else clip_high
+        J = per_token_objective(logprobs, old_logprobs, advantages, mask, clip, high)
         return -aggregate(J, mask)
 
     return grpo_loss
@@ -211,11 +213,11 @@ assert torch.allclose(weights["constant"], torch.full((4,), 1 / 32, dtype=torch.
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 T_MAX = RambleTask.max_completion_length
 ls = list(range(1, T_MAX + 1))
-curves = {name: [token_weights(agg, [L, 4, 4, 4], [1.0] * 4, T_MAX)[0].item() for L in ls]
+weight_curves = {name: [token_weights(agg, [L, 4, 4, 4], [1.0] * 4, T_MAX)[0].item() for L in ls]
           for name, agg in AGGREGATIONS.items()}  # weight of one token of the length-L completion
 fig1, ax1 = plt.subplots(figsize=(6, 3), layout="constrained")
 dots = {}
-for name, ys in curves.items():
+for name, ys in weight_curves.items():
     ax1.plot(ls, ys, color=COLORS[name], label=name)
     (dots[name],) = ax1.plot([ls[0]], [ys[0]], "o", color=COLORS[name])
 ax1.set(xlabel="completion length L", ylabel="weight of one of its tokens", yscale="log")
@@ -224,8 +226,8 @@ ax1.legend(fontsize="small")
 
 def update_weights(L):
     for name, dot in dots.items():
-        dot.set_data([L], [curves[name][L - 1]])
-    return {name: curves[name][L - 1] for name in curves}
+        dot.set_data([L], [weight_curves[name][L - 1]])
+    return {name: weight_curves[name][L - 1] for name in weight_curves}
 
 
 w_weights = live_plot(fig1, update_weights, L=slider(2, 1, T_MAX, 1, "L", integer=True))
@@ -249,12 +251,12 @@ assert math.isclose(at[12]["sequence mean"], at[12]["constant"]) and at[12]["con
 
 # %%
 ramble = RambleTask()
-RAMBLE = dict(SHORT, probe=variants.log_ratio_spread)  # the probe lets notebook 06 §4 reuse these runs
+RAMBLE = dict(SHORT, probe=nb06_variants.log_ratio_spread)  # the probe lets notebook 06 §4 reuse these runs
 
 
 def ramble_run(label, **variant):
     """A variant on RambleTask (notebook 06 §1, §4 and §7 share the twin's run through the cache)."""
-    return variants.train_variant(label, ramble, **RAMBLE, **variant)
+    return nb06_variants.train_variant(label, ramble, **RAMBLE, **variant)
 
 
 agg_runs = {name: ramble_run("fixed") if name == "token mean" else
@@ -265,23 +267,23 @@ right_length = {name: run.sample_mean("length", lambda s: s["reward"] == 1) for 
 print(f"{'aggregation':>14} | {'reward':>6} | {'length, wrong':>13} {'length, right':>13} {'truncated':>9}"
       "   (tail means)")
 for name, run in agg_runs.items():
-    print(f"{name:>14} | {variants.tail_mean(run.stat('reward'), TAIL):6.3f} | "
-          f"{variants.tail_mean(wrong_length[name], TAIL):13.2f} {variants.tail_mean(right_length[name], TAIL):13.2f} "
-          f"{variants.tail_mean(run.sample_mean('truncated'), TAIL):9.3f}")
-tail_wrong = {name: variants.tail_mean(values, TAIL) for name, values in wrong_length.items()}
-tail_right = {name: variants.tail_mean(values, TAIL) for name, values in right_length.items()}
-tail_reward = [variants.tail_mean(run.stat("reward"), TAIL) for run in agg_runs.values()]
+    print(f"{name:>14} | {tail_mean(run.stat('reward'), TAIL):6.3f} | "
+          f"{tail_mean(wrong_length[name], TAIL):13.2f} {tail_mean(right_length[name], TAIL):13.2f} "
+          f"{tail_mean(run.sample_mean('truncated'), TAIL):9.3f}")
+tail_wrong = {name: tail_mean(values, TAIL) for name, values in wrong_length.items()}
+tail_right = {name: tail_mean(values, TAIL) for name, values in right_length.items()}
+tail_reward = [tail_mean(run.stat("reward"), TAIL) for run in agg_runs.values()]
 assert tail_wrong["sequence mean"] > max(tail_wrong["token mean"], tail_wrong["constant"]) + 1.0
 assert tail_right["sequence mean"] > max(tail_right["token mean"], tail_right["constant"])
 assert max(tail_reward) - min(tail_reward) < 0.05
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
-variants.plot_runs(axes[0], agg_runs, lambda run: run.stat("reward"), colors=COLORS, ylabel="reward")
-variants.plot_runs(axes[1], agg_runs, lambda run: run.sample_mean("length", lambda s: s["reward"] == 0),
-                   colors=COLORS, ylabel="mean length, wrong answers")
-variants.plot_runs(axes[2], agg_runs, lambda run: run.sample_mean("length", lambda s: s["reward"] == 1),
-                   colors=COLORS, ylabel="mean length, right answers")
+curves(axes[0], agg_runs, lambda run: run.stat("reward"), window=5, colors=COLORS, ylabel="reward")
+curves(axes[1], agg_runs, lambda run: run.sample_mean("length", lambda s: s["reward"] == 0),
+       window=5, colors=COLORS, ylabel="mean length, wrong answers")
+curves(axes[2], agg_runs, lambda run: run.sample_mean("length", lambda s: s["reward"] == 1),
+       window=5, colors=COLORS, ylabel="mean length, right answers")
 fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
@@ -342,7 +344,7 @@ plt.show()
 # </table>
 #
 # Both frameworks use the Bessel-corrected std (divide by G − 1), the twins the population std (divide by
-# G, the seed's spec): the same ranking, a factor √(G/(G−1)) apart.
+# G, SPEC.md sentence S4 `population-std`): the same ranking, a factor √(G/(G−1)) apart.
 #
 # The group version is the twins' `batch_advantages`; the other two:
 
@@ -442,25 +444,25 @@ def extreme_share(module, policy, batch, cfg):
 
 
 sparse = SparseMatchTask()
-scale_runs = {name: variants.train_variant("fixed" if name == "group std" else name.replace(" ", "_"), sparse,
+scale_runs = {name: nb06_variants.train_variant("fixed" if name == "group std" else name.replace(" ", "_"), sparse,
                                            functions={} if name == "group std" else {"batch_advantages": fn},
                                            probe=extreme_share, **SHORT)
               for name, fn in SCALINGS.items()}
 print(f"{'scaling':>9} | {'reward (tail)':>15} | {'share of |A| on extreme groups, mean over iterations':>53}")
 shares = {}
 for name, run in scale_runs.items():
-    shares[name] = variants.tail_mean(run.probe("extreme_share"), SHORT["steps"])
-    print(f"{name:>9} | {variants.tail_mean(run.stat('reward'), TAIL):15.3f} | {shares[name]:53.3f}")
+    shares[name] = tail_mean(run.probe("extreme_share"), SHORT["steps"])
+    print(f"{name:>9} | {tail_mean(run.stat('reward'), TAIL):15.3f} | {shares[name]:53.3f}")
 assert shares["group std"] > shares["batch std"] > shares["none"]
-scale_reward = {name: variants.tail_mean(run.stat("reward"), TAIL) for name, run in scale_runs.items()}
+scale_reward = {name: tail_mean(run.stat("reward"), TAIL) for name, run in scale_runs.items()}
 assert scale_reward["group std"] == max(scale_reward.values())
 
 # %%
 SCALE_COLORS = {"group std": "tab:blue", "batch std": "tab:purple", "none": "tab:orange"}
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
-variants.plot_runs(axes[0], scale_runs, lambda run: run.stat("reward"), colors=SCALE_COLORS, ylabel="reward")
-variants.plot_runs(axes[1], scale_runs, lambda run: run.probe("extreme_share"), colors=SCALE_COLORS,
-                   ylabel="share of |A| on extreme groups")
+curves(axes[0], scale_runs, lambda run: run.stat("reward"), window=5, colors=SCALE_COLORS, ylabel="reward")
+curves(axes[1], scale_runs, lambda run: run.probe("extreme_share"), window=5, colors=SCALE_COLORS,
+       ylabel="share of |A| on extreme groups")
 fig.suptitle("SparseMatchTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
@@ -630,19 +632,19 @@ def rare_token_ratios(module, policy, batch, cfg):
 
 
 def clip_run(eps_high):
-    """The clip-higher variant on ReverseTask (cached by variants.train_variant)."""
+    """The clip-higher variant on ReverseTask (cached by nb06_variants.train_variant)."""
     functions = {} if eps_high == 0.2 else {"grpo_loss": aggregated_loss(token_mean, clip_high=eps_high)}
-    return variants.train_variant(f"clip_high_{eps_high}", reverse, **CLIPPY, probe=rare_token_ratios,
+    return nb06_variants.train_variant(f"clip_high_{eps_high}", reverse, **CLIPPY, probe=rare_token_ratios,
                                   functions=functions)
 
 
 def clip_summary(run):
     entropy = run.stat("entropy")
-    return {"reward": variants.tail_mean(run.stat("reward"), TAIL), "entropy": variants.tail_mean(entropy, TAIL),
+    return {"reward": tail_mean(run.stat("reward"), TAIL), "entropy": tail_mean(entropy, TAIL),
             "entropy, mean": sum(entropy) / len(entropy),
             "clip_frac_pos": sum(run.stat("clip_frac_pos")) / len(entropy),
-            "rare": variants.tail_mean(run.probe("rare"), SHORT["steps"]),
-            "likely": variants.tail_mean(run.probe("likely"), SHORT["steps"])}
+            "rare": tail_mean(run.probe("rare"), SHORT["steps"]),
+            "likely": tail_mean(run.probe("likely"), SHORT["steps"])}
 
 
 clip_table = {eps: clip_summary(clip_run(eps)) for eps in EPS_HIGH}
@@ -665,31 +667,31 @@ assert all(row["entropy"] < 0.3 * start_entropy and row["reward"] < 0.4 for row 
 fig4, axes4 = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
 base = clip_run(0.2)
 for ax, key in zip(axes4, ("reward", "entropy"), strict=True):
-    ax.plot(variants.smooth(base.stat(key)), color="0.5", label="eps_high 0.2")
+    ax.plot(smooth(base.stat(key)), color="0.5", label="eps_high 0.2")
     ax.set(xlabel="iteration", ylabel=key)
-(reward_line,) = axes4[0].plot(variants.smooth(base.stat("reward")), color="tab:red", label="eps_high (slider)")
-(entropy_line,) = axes4[1].plot(variants.smooth(base.stat("entropy")), color="tab:red", label="eps_high (slider)")
+(reward_line,) = axes4[0].plot(smooth(base.stat("reward")), color="tab:red", label="eps_high (slider)")
+(entropy_line,) = axes4[1].plot(smooth(base.stat("entropy")), color="tab:red", label="eps_high (slider)")
 axes4[0].legend(fontsize="small")
 fig4.suptitle("ReverseTask, beta = 0, 8 inner steps, one seed (lines: mean over 5 iterations)")
 
 
 def update_clip(eps_high):
     run = clip_run(eps_high)
-    reward_line.set_ydata(variants.smooth(run.stat("reward")))
-    entropy_line.set_ydata(variants.smooth(run.stat("entropy")))
+    reward_line.set_ydata(smooth(run.stat("reward")))
+    entropy_line.set_ydata(smooth(run.stat("entropy")))
     return clip_summary(run)
 
 
-w_clip = live_plot(fig4, update_clip, eps_high=variants.choice(EPS_HIGH, 0.28, "eps_high"))
+w_clip = live_plot(fig4, update_clip, eps_high=choice(EPS_HIGH, 0.28, "eps_high"))
 display(w_clip)
 
 # %%
-cached = variants.cached_runs()
+cached = nb06_variants.cached_runs()
 for eps in (0.2, 0.4, 0.28):  # ends where it started, so the figure compares 0.28 with 0.2
     r = set_value(w_clip, "eps_high", eps)
     print(f"eps_high {eps}: reward {r['reward']:.3f}, entropy {r['entropy']:.3f}")
     assert r == clip_table[eps]
-assert variants.cached_runs() == cached  # a slider move replays a cached run, it trains nothing
+assert nb06_variants.cached_runs() == cached  # a slider move replays a cached run, it trains nothing
 
 # %% [markdown]
 # All three runs lose most of their entropy (1.777 at the first iteration, close to the uniform log 6; 0.364
@@ -758,11 +760,10 @@ def sequence_log_ratio(logprobs, old_logprobs, mask):
 def gspo_loss_with(clip_seq=None):
     """A grpo_loss with the twins' signature and GSPO's sequence ratio; clip_seq overrides the clip
     radius (GSPO uses a far smaller one than the token-level 0.2)."""
-    seq_log_ratio = sequence_log_ratio
 
     def grpo_loss(logprobs, old_logprobs, advantages, mask, clip=0.2):
         eps = clip if clip_seq is None else clip_seq
-        s = torch.exp(seq_log_ratio(logprobs, old_logprobs, mask.bool()))  # (N,)
+        s = torch.exp(sequence_log_ratio(logprobs, old_logprobs, mask.bool()))  # (N,)
         adv = advantages.detach()  # (N,)
         return -torch.min(s * adv, s.clamp(1 - eps, 1 + eps) * adv).mean()
 
@@ -853,9 +854,9 @@ print(f"{'run':>14} | {'reward (tail)':>15} | {'std log rho':>11} {'std log s':>
       f"{'tokens outside':>14} {'completions outside':>19}   (spreads: means over iterations)")
 spread = {}
 for name, run in gspo_runs.items():
-    spread[name] = {k: variants.tail_mean(run.probe(k), SHORT["steps"])
+    spread[name] = {k: tail_mean(run.probe(k), SHORT["steps"])
                     for k in ("token_std", "seq_std", "token_out", "seq_out")}
-    print(f"{name:>14} | {variants.tail_mean(run.stat('reward'), TAIL):15.3f} | {spread[name]['token_std']:11.4f} "
+    print(f"{name:>14} | {tail_mean(run.stat('reward'), TAIL):15.3f} | {spread[name]['token_std']:11.4f} "
           f"{spread[name]['seq_std']:9.4f} | {spread[name]['token_out']:14.4f} {spread[name]['seq_out']:19.4f}")
 assert all(v["seq_std"] < v["token_std"] and v["seq_out"] < v["token_out"] for v in spread.values())
 assert spread["sequence ratio"]["seq_std"] > spread["token ratio"]["seq_std"]
@@ -865,10 +866,10 @@ assert spread["sequence ratio"]["seq_out"] < spread["sequence ratio"]["token_out
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
 GSPO_COLORS = {"token ratio": "tab:blue", "sequence ratio": "tab:green"}
-variants.plot_runs(axes[0], gspo_runs, lambda run: run.stat("reward"), colors=GSPO_COLORS, ylabel="reward")
+curves(axes[0], gspo_runs, lambda run: run.stat("reward"), window=5, colors=GSPO_COLORS, ylabel="reward")
 for name, run in gspo_runs.items():
-    axes[1].plot(variants.smooth(run.probe("token_std")), color=GSPO_COLORS[name], label=f"{name}: std log rho")
-    axes[1].plot(variants.smooth(run.probe("seq_std")), color=GSPO_COLORS[name], ls="--", label=f"{name}: std log s")
+    axes[1].plot(smooth(run.probe("token_std")), color=GSPO_COLORS[name], label=f"{name}: std log rho")
+    axes[1].plot(smooth(run.probe("seq_std")), color=GSPO_COLORS[name], ls="--", label=f"{name}: std log s")
 axes[1].set(xlabel="iteration", ylabel="std after the update")
 axes[1].legend(fontsize="x-small")
 fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
@@ -1000,30 +1001,30 @@ for G in (4, 16):
 
 # %%
 ds_runs = {"static": scale_runs["group std"],  # the same run as notebook 06 §2's group-std run (cached)
-           "dynamic": variants.train_variant("dynamic", sparse, wrap={"rollout": dynamic_sampling(4)}, **SHORT)}
+           "dynamic": nb06_variants.train_variant("dynamic", sparse, wrap={"rollout": dynamic_sampling(4)}, **SHORT)}
 static, dynamic = ds_runs["static"], ds_runs["dynamic"]
 static_effective = [SHORT["prompts_per_batch"] * (1 - z) for z in static.stat("zero_var_groups")]
 generated = dynamic.stat("groups_generated")
 print(f"static : groups generated {SHORT['steps'] * SHORT['prompts_per_batch']:4d}, wasted "
       f"{sum(static.stat('zero_var_groups')) / SHORT['steps']:.3f} of them, mean effective batch "
       f"{sum(static_effective) / SHORT['steps']:.2f} of {SHORT['prompts_per_batch']}, "
-      f"reward (tail) {variants.tail_mean(static.stat('reward'), TAIL):.3f}")
+      f"reward (tail) {tail_mean(static.stat('reward'), TAIL):.3f}")
 print(f"dynamic: groups generated {sum(generated):4d}, mean effective batch "
       f"{sum(dynamic.stat('groups_kept')) / SHORT['steps']:.2f} of {SHORT['prompts_per_batch']}, "
-      f"reward (tail) {variants.tail_mean(dynamic.stat('reward'), TAIL):.3f}")
+      f"reward (tail) {tail_mean(dynamic.stat('reward'), TAIL):.3f}")
 cap = 4 * SHORT["prompts_per_batch"]  # dynamic_sampling(4): at most 4 draws of B groups
 at_cap = [i for i, n in enumerate(generated) if n == cap]
 cum_dynamic = [sum(generated[: i + 1]) for i in range(SHORT["steps"])]
 same_cost = next(i for i, n in enumerate(cum_dynamic) if n >= SHORT["steps"] * SHORT["prompts_per_batch"])
-dynamic_at_same_cost = variants.smooth(dynamic.stat("reward"))[same_cost]
-static_at_end = variants.smooth(static.stat("reward"))[-1]
+dynamic_at_same_cost = smooth(dynamic.stat("reward"))[same_cost]
+static_at_end = smooth(static.stat("reward"))[-1]
 print(f"dynamic hit the cap of {cap} groups in {len(at_cap)} of {SHORT['steps']} iterations "
       f"({sum(i >= SHORT['steps'] // 2 for i in at_cap)} of them in the second half)")
 print(f"reward (mean over 5 iterations) after {SHORT['steps'] * SHORT['prompts_per_batch']} generated groups: "
       f"static {static_at_end:.3f}, dynamic {dynamic_at_same_cost:.3f} ({cum_dynamic[same_cost]} groups, "
       f"iteration {same_cost})")
 assert sum(dynamic.stat("groups_kept")) > 2 * sum(static_effective) and sum(generated) > 3 * len(generated) * 8
-assert variants.tail_mean(dynamic.stat("reward"), TAIL) > variants.tail_mean(static.stat("reward"), TAIL)
+assert tail_mean(dynamic.stat("reward"), TAIL) > tail_mean(static.stat("reward"), TAIL)
 assert dynamic_at_same_cost < static_at_end - 0.1  # per generated group, the static run is ahead
 assert sum(i >= SHORT["steps"] // 2 for i in at_cap) > len(at_cap) / 2  # the cap binds mostly once solved
 
@@ -1037,8 +1038,8 @@ axes[1].plot(generated, color="tab:green", ls=":", label="dynamic: generated")
 axes[1].set(xlabel="iteration", ylabel="groups")
 axes[1].legend(fontsize="x-small")
 cum_static = [SHORT["prompts_per_batch"] * (i + 1) for i in range(SHORT["steps"])]
-axes[2].plot(cum_static, variants.smooth(static.stat("reward")), color="tab:blue", label="static")
-axes[2].plot(cum_dynamic, variants.smooth(dynamic.stat("reward")), color="tab:green", label="dynamic")
+axes[2].plot(cum_static, smooth(static.stat("reward")), color="tab:blue", label="static")
+axes[2].plot(cum_dynamic, smooth(dynamic.stat("reward")), color="tab:green", label="dynamic")
 axes[2].set(xlabel="groups generated so far", ylabel="reward")
 axes[2].legend(fontsize="x-small")
 fig.suptitle("SparseMatchTask, one seed")
@@ -1190,10 +1191,10 @@ BETAS = [0.1, 0.3]
 
 
 def kl_runs(beta):
-    return {"KL in the loss (k3)": variants.train_variant("fixed", echo, **SHORT, beta=beta),
-            "KL in the reward (k1)": variants.train_variant(f"kl_reward_{beta}", echo, **SHORT, beta=0.0,
+    return {"KL in the loss (k3)": nb06_variants.train_variant("fixed", echo, **SHORT, beta=beta),
+            "KL in the reward (k1)": nb06_variants.train_variant(f"kl_reward_{beta}", echo, **SHORT, beta=0.0,
                                                             wrap={"rollout": kl_in_reward(beta)}),
-            "beta = 0": variants.train_variant("fixed", echo, **SHORT, beta=0.0)}
+            "beta = 0": nb06_variants.train_variant("fixed", echo, **SHORT, beta=0.0)}
 
 
 KL_COLORS = {"KL in the loss (k3)": "tab:blue", "KL in the reward (k1)": "tab:orange", "beta = 0": "0.5"}
@@ -1211,13 +1212,13 @@ def update_kl(beta):
     out = {}
     for name, run in kl_runs(beta).items():
         for key in ("reward", "kl"):
-            ys = variants.smooth(run.stat(key))
+            ys = smooth(run.stat(key))
             kl_lines[(name, key)].set_data(range(len(ys)), ys)
-        out[name] = (variants.tail_mean(run.stat("reward"), TAIL), variants.tail_mean(run.stat("kl"), TAIL))
+        out[name] = (tail_mean(run.stat("reward"), TAIL), tail_mean(run.stat("kl"), TAIL))
     return out
 
 
-w_kl = live_plot(fig7, update_kl, beta=variants.choice(BETAS, 0.1, "beta"))
+w_kl = live_plot(fig7, update_kl, beta=choice(BETAS, 0.1, "beta"))
 display(w_kl)
 
 # %%
@@ -1301,7 +1302,7 @@ def mask_truncated(module):
 
     def rollout(policy, ref_policy, task, cfg, generator):
         batch, stats = base(policy, ref_policy, task, cfg, generator)
-        cut = variants.truncated(batch["completions"], task.eos_id)  # (N,)
+        cut = nb06_variants.truncated(batch["completions"], task.eos_id)  # (N,)
         batch["mask"] = batch["mask"] & ~cut[:, None]
         return batch, stats
 
@@ -1317,7 +1318,7 @@ def overlong_penalty(cache):
 
         def rollout(policy, ref_policy, task, cfg, generator):
             batch, stats = base(policy, ref_policy, task, cfg, generator)
-            lengths = variants.completion_lengths(batch["completions"], task.eos_id)  # (N,)
+            lengths = nb06_variants.completion_lengths(batch["completions"], task.eos_id)  # (N,)
             shaped = batch["rewards"] + soft_overlong_penalty(lengths, task.max_completion_length, cache)
             batch["advantages"] = module.batch_advantages(shaped, cfg.group_size, cfg.adv_eps)
             return batch, stats
@@ -1334,8 +1335,8 @@ def overlong_penalty(cache):
 # %%
 EOS = 0
 completions = torch.tensor([[3, 1, EOS, EOS, EOS, EOS], [2, 2, 2, 2, 2, EOS], [4, 4, 4, 4, 4, 4]])
-lengths = variants.completion_lengths(completions, EOS)
-cut = variants.truncated(completions, EOS)
+lengths = nb06_variants.completion_lengths(completions, EOS)
+cut = nb06_variants.truncated(completions, EOS)
 print("lengths", lengths.tolist(), " truncated", cut.tolist())
 for cache in (2, 4):
     print(f"soft penalty, buffer C = {cache}: " + " ".join(f"{v:+.2f}" for v in
@@ -1385,8 +1386,8 @@ print(f"{'run':>16} | {'reward (tail)':>15} {'truncated, mean':>15} {'truncated 
 trunc_stats = {}
 for name, run in trunc_runs.items():
     cut_frac = run.sample_mean("truncated")
-    trunc_stats[name] = (variants.tail_mean(run.stat("reward"), TAIL), sum(cut_frac) / len(cut_frac),
-                         variants.tail_mean(cut_frac, TAIL), variants.tail_mean(run.sample_mean("length"), TAIL))
+    trunc_stats[name] = (tail_mean(run.stat("reward"), TAIL), sum(cut_frac) / len(cut_frac),
+                         tail_mean(cut_frac, TAIL), tail_mean(run.sample_mean("length"), TAIL))
     print(f"{name:>16} | " + " ".join(f"{v:{w}.3f}" for v, w in zip(trunc_stats[name], (15, 15, 18, 15), strict=True)))
 twin_t, masked_t, soft_t = trunc_stats["twin"], trunc_stats["mask truncated"], trunc_stats["soft penalty C=4"]
 assert masked_t[2] > 5 * twin_t[2] and masked_t[3] > twin_t[3] + 1 > soft_t[3] + 1 and soft_t[2] == 0
@@ -1395,11 +1396,11 @@ assert max(t[0] for t in trunc_stats.values()) - min(t[0] for t in trunc_stats.v
 # %%
 TRUNC_COLORS = {"twin": "tab:blue", "mask truncated": "tab:red", "soft penalty C=4": "tab:green"}
 fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
-variants.plot_runs(axes[0], trunc_runs, lambda run: run.stat("reward"), colors=TRUNC_COLORS, ylabel="reward")
-variants.plot_runs(axes[1], trunc_runs, lambda run: run.sample_mean("truncated"), colors=TRUNC_COLORS,
-                   ylabel="fraction truncated")
-variants.plot_runs(axes[2], trunc_runs, lambda run: run.sample_mean("length"), colors=TRUNC_COLORS,
-                   ylabel="mean length")
+curves(axes[0], trunc_runs, lambda run: run.stat("reward"), window=5, colors=TRUNC_COLORS, ylabel="reward")
+curves(axes[1], trunc_runs, lambda run: run.sample_mean("truncated"), window=5, colors=TRUNC_COLORS,
+       ylabel="fraction truncated")
+curves(axes[2], trunc_runs, lambda run: run.sample_mean("length"), window=5, colors=TRUNC_COLORS,
+       ylabel="mean length")
 fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
@@ -1453,4 +1454,4 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s, "
-      f"{variants.cached_runs()} training runs")
+      f"{nb06_variants.cached_runs()} training runs")

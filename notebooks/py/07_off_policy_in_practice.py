@@ -34,7 +34,7 @@
 #
 # Each section gives the switch's name in TRL and in verl, quoted from the file and commit we read, and
 # ends with a catalog-style note: symptom, the statistic that shows it, the fix. The code being taught
-# (the truncated weight, the corrected loss, the ESS) is in the cells below; `workbook/off_policy.py` only
+# (the truncated weight, the corrected loss, the ESS) is in the cells below; `workbook/nb07_off_policy.py` only
 # swaps functions of a fresh `grpo_fixed` copy (`swap.fixed_with`), runs and caches the training runs,
 # enumerates completions and draws.
 
@@ -49,14 +49,17 @@ from IPython.display import display
 
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
-from workbook import off_policy as op
-from workbook.widgets import live_plot, set_value, slider
+from workbook import nb07_off_policy
+from workbook.plots import curves
+from workbook.run_summary import final_reward, tail_mean
+from workbook.widgets import choice, live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # the mismatch runs fail a health check every iteration
 started = time.perf_counter()
 task = grpo_fixed.EchoTask()
 CAP = 2.0  # truncation C of the importance weights: verl's default rollout_is_threshold (quoted in notebook 07 §1)
-print(f"every training run: {op.SHORT['steps']} iterations of {op.SHORT['prompts_per_batch']} prompts x "
+print(f"every training run: {nb07_off_policy.SHORT['steps']} iterations of "
+      f"{nb07_off_policy.SHORT['prompts_per_batch']} prompts x "
       f"{grpo_fixed.Config.group_size} samples; truncation C = {CAP}")
 
 # %% [markdown]
@@ -131,7 +134,7 @@ for scale in (1.0, 8.0):
     logp = torch.log_softmax(z, -1)
     print(f"s = {scale:g}: trainer p = " + " ".join(f"{v:.5f}" for v in logp.exp()))
     for name in ("bfloat16", "float8_e4m3fn"):
-        logq = torch.log_softmax(op.round_to(z, op.PRECISIONS[name]), -1)
+        logq = torch.log_softmax(nb07_off_policy.round_to(z, nb07_off_policy.PRECISIONS[name]), -1)
         weights[scale, name] = (logp - logq).exp()
         print(f"  {name:13s} q = " + " ".join(f"{v:.5f}" for v in logq.exp())
               + "   p/q = " + " ".join(f"{v:.4f}" for v in weights[scale, name])
@@ -149,8 +152,8 @@ for scale in (1.0, 8.0):
 # %%
 x = 20 * torch.randn(10_000, generator=torch.Generator().manual_seed(0))  # logits of any size
 for name, bits in (("bfloat16", 8), ("float16", 11), ("float8_e4m3fn", 4)):
-    normal = x.abs() >= torch.finfo(op.PRECISIONS[name]).tiny  # the bound holds for normal numbers
-    worst = ((op.round_to(x, op.PRECISIONS[name]) - x).abs() / x.abs())[normal].max().item()
+    normal = x.abs() >= torch.finfo(nb07_off_policy.PRECISIONS[name]).tiny  # the bound holds for normal numbers
+    worst = ((nb07_off_policy.round_to(x, nb07_off_policy.PRECISIONS[name]) - x).abs() / x.abs())[normal].max().item()
     print(f"{name:13s} p = {bits:2d}: largest relative rounding error {worst:.5f} <= u = 2^-{bits} = {2.0**-bits:.5f}"
           f"  ({int(normal.sum())} of {len(x)} logits in the normal range)")
     assert worst <= 2.0**-bits
@@ -190,7 +193,7 @@ def mean(values):
 
 NO_WEIGHT = lambda logp, logq: torch.ones_like(logp)  # noqa: E731  (the uncorrected update)
 z = 8.0 * LOGITS
-z_fp8 = op.round_to(z, op.PRECISIONS["float8_e4m3fn"])
+z_fp8 = nb07_off_policy.round_to(z, nb07_off_policy.PRECISIONS["float8_e4m3fn"])
 g_true = expected_update(z, z, REWARDS, NO_WEIGHT)
 g_naive = expected_update(z, z_fp8, REWARDS, NO_WEIGHT)
 print("policy gradient       " + " ".join(f"{v:+.5f}" for v in g_true))
@@ -240,7 +243,7 @@ ax_g.legend(fontsize="small", loc="lower right")
 
 def update_bias(scale, precision, cap):
     z = scale * LOGITS
-    z_q = op.round_to(z, op.PRECISIONS[precision])
+    z_q = nb07_off_policy.round_to(z, nb07_off_policy.PRECISIONS[precision])
     logp, logq = torch.log_softmax(z, -1), torch.log_softmax(z_q, -1)
     for bar, w in zip(bars_w, (logp - logq).exp(), strict=True):
         bar.set_height(w.item())
@@ -258,8 +261,8 @@ def update_bias(scale, precision, cap):
             "tis": relative_error(grads["TIS"], grads["policy gradient"])}
 
 
-w_bias = live_plot(fig_bias, update_bias, scale=op.choice(SCALES, 4.0, "sharpness s"),
-                   precision=op.choice(list(op.PRECISIONS), "bfloat16", "sampler"),
+w_bias = live_plot(fig_bias, update_bias, scale=choice(SCALES, 4.0, "sharpness s"),
+                   precision=choice(list(nb07_off_policy.PRECISIONS), "bfloat16", "sampler"),
                    cap=slider(CAP, 1.0, 3.0, 0.1, "C"))
 display(w_bias)
 
@@ -298,8 +301,8 @@ def mismatch_kl(log_w):
     return (log_w.exp() - 1 - log_w).mean().item()
 
 
-policy = op.run_mismatch("float32")["policy"]
-batches = {name: op.sampler_batch(policy, name) for name in op.PRECISIONS}
+policy = nb07_off_policy.run_mismatch("float32")["policy"]
+batches = {name: nb07_off_policy.sampler_batch(policy, name) for name in nb07_off_policy.PRECISIONS}
 batch = batches["float32"][0]
 largest = grpo_fixed.completion_logits(policy, batch["prompts"], batch["completions"]).abs().max().item()
 LOGPROB_CHECK = "training log-probs match the sampler"  # the twins' check on stats["logprob_gap"]
@@ -308,7 +311,7 @@ print(f"largest |logit| of the trained policy on this batch: {largest:.2f}; the 
 print(f"{'sampler':13s} | {'KL(q||p)/token':>14} {'max |log w|':>11} {'w range':>15} | logprob_gap  health check")
 twin_mismatch = {}
 for name, (batch, stats) in batches.items():
-    log_w = op.log_weights(batch)
+    log_w = nb07_off_policy.log_weights(batch)
     fires = not grpo_fixed.HEALTH_CHECKS[LOGPROB_CHECK](stats, None)
     twin_mismatch[name] = dict(kl=mismatch_kl(log_w), max_abs=log_w.abs().max().item(), fires=fires)
     print(f"{name:13s} | {mismatch_kl(log_w):14.2e} {log_w.abs().max():11.4f} "
@@ -317,7 +320,7 @@ for name, (batch, stats) in batches.items():
 m = twin_mismatch
 assert 4 < largest < 8 and 1e-6 < m["bfloat16"]["kl"] < 1e-5 and 0.015 < m["bfloat16"]["max_abs"] < 0.021
 assert m["float8_e4m3fn"]["kl"] > 100 * m["bfloat16"]["kl"] and m["bfloat16"]["kl"] > 30 * m["float16"]["kl"]
-assert [m[name]["fires"] for name in op.PRECISIONS] == [False, True, True, True]
+assert [m[name]["fires"] for name in nb07_off_policy.PRECISIONS] == [False, True, True, True]
 
 # %% [markdown]
 # The bfloat16 sampler differs from the trainer by about 10⁻⁶ nats per token on average, with single
@@ -328,7 +331,7 @@ assert [m[name]["fires"] for name in op.PRECISIONS] == [False, True, True, True]
 # mismatch it accepts, and logs the mismatch KL beside it (notebook 07 §3 adds it as a statistic).
 #
 # **The gradient bias, exactly.** EchoTask is small enough to enumerate: 25 prompts × 781 distinct
-# completions. `op.exact_gradients` computes the expected update over every (prompt, completion) pair
+# completions. `nb07_off_policy.exact_gradients` computes the expected update over every (prompt, completion) pair
 # with its exact probability, for the policy gradient and for updates from the rounded sampler with each
 # weighting below (no sampling noise at all). The sequence-level weight is the product of the token
 # weights, Π_t p(y_t)/q(y_t) = p(y)/q(y).
@@ -341,12 +344,14 @@ WEIGHTINGS = {
     "sequence IS (no cap)": lambda logp, logq: tis_weight(logp.sum(-1, keepdim=True), logq.sum(-1, keepdim=True),
                                                           math.inf).expand_as(logp),
 }
-print(f"relative error |g - g_true| / |g_true| of the expected update, policy after {op.SHORT['steps']} iterations")
+print(f"relative error |g - g_true| / |g_true| of the expected update, "
+      f"policy after {nb07_off_policy.SHORT['steps']} iterations")
 print(f"{'sampler':13s} | " + " ".join(f"{name:>20s}" for name in WEIGHTINGS))
 bias = {}
 for name in ("bfloat16", "float16", "float8_e4m3fn"):
-    grads = op.exact_gradients(policy, task, op.PRECISIONS[name], grpo_fixed.Config.temperature, WEIGHTINGS)
-    bias[name] = {w: op.relative_error(grads[w], grads["true"]) for w in WEIGHTINGS}
+    grads = nb07_off_policy.exact_gradients(policy, task, nb07_off_policy.PRECISIONS[name],
+                                            grpo_fixed.Config.temperature, WEIGHTINGS)
+    bias[name] = {w: relative_error(grads[w], grads["true"]) for w in WEIGHTINGS}
     print(f"{name:13s} | " + " ".join(f"{bias[name][w]:20.2e}" for w in WEIGHTINGS))
 token_share = {name: b[f"token TIS C={CAP:g}"] / b["uncorrected"] for name, b in bias.items()}
 print("token-level bias left, as a fraction of the uncorrected: "
@@ -393,29 +398,30 @@ print(f"float32 sampler: tis_grpo_loss {tis_value:.6f}, grpo_loss {plain_value:.
 assert abs(tis_value - plain_value) < 1e-7
 
 # %%
-mismatch_runs = {"float32": op.run_mismatch("float32"), "bfloat16": op.run_mismatch("bfloat16"),
-                 "float8": op.run_mismatch("float8_e4m3fn"),
-                 "float8 + TIS": op.run_mismatch("float8_e4m3fn", tis_grpo_loss, CAP)}
-spread = [op.final_reward(op.run_mismatch("float32", seed=seed)) for seed in (0, 1, 2)]
+mismatch_runs = {"float32": nb07_off_policy.run_mismatch("float32"),
+                 "bfloat16": nb07_off_policy.run_mismatch("bfloat16"),
+                 "float8": nb07_off_policy.run_mismatch("float8_e4m3fn"),
+                 "float8 + TIS": nb07_off_policy.run_mismatch("float8_e4m3fn", tis_grpo_loss, CAP)}
+spread = [final_reward(nb07_off_policy.run_mismatch("float32", seed=seed)["history"]) for seed in (0, 1, 2)]
 for label, run in mismatch_runs.items():
     kl = [mismatch_kl(lw) for lw in run["log_w"]]
     fails = sum(LOGPROB_CHECK in s["health"] for s in run["history"])
-    print(f"{label:13s} final reward {op.final_reward(run):.3f}   mismatch KL/token {sum(kl) / len(kl):.2e}   "
+    print(f"{label:13s} final reward {final_reward(run['history']):.3f}   mismatch KL/token {sum(kl) / len(kl):.2e}   "
           f"ratio at first step max |rho - 1| {max(s['ratio_first_maxdev'] for s in run['history']):.1e}   "
           f"logprob check failed {fails}/{len(run['history'])}")
 print("float32, seeds 0 1 2: final reward " + " ".join(f"{x:.3f}" for x in spread))
 h = {label: run["history"] for label, run in mismatch_runs.items()}
 assert all(s["ratio_first_maxdev"] == 0.0 for run in h.values() for s in run)
 assert [sum(LOGPROB_CHECK in s["health"] for s in run) for run in h.values()] == [0, 30, 30, 30]
-deviation = max(abs(op.final_reward(run) - op.final_reward(mismatch_runs["float32"])) for run in mismatch_runs.values())
+deviation = max(abs(final_reward(history) - final_reward(h["float32"])) for history in h.values())
 print(f"largest |final reward - float32's|: {deviation:.3f}; float32 seed spread {max(spread) - min(spread):.3f}")
 assert f"{deviation:.3f}" == "0.028" and deviation < (max(spread) - min(spread)) / 4
 bf16_kl = [mismatch_kl(lw) for lw in mismatch_runs["bfloat16"]["log_w"]]
-print(f"bfloat16 mismatch KL per token: iteration 0 {bf16_kl[0]:.1e}, mean of the last 10 {mean(bf16_kl[-10:]):.1e}")
-assert mean(bf16_kl[-10:]) > 10 * bf16_kl[0]
+print(f"bfloat16 mismatch KL per token: iteration 0 {bf16_kl[0]:.1e}, mean of the last 10 {tail_mean(bf16_kl):.1e}")
+assert tail_mean(bf16_kl) > 10 * bf16_kl[0]
 
-fig, (ax_r, ax_kl) = op.new_figure()
-op.curves_by(ax_r, mismatch_runs, "reward", smooth=3, ylabel="reward (3-iteration mean)")
+fig, (ax_r, ax_kl) = nb07_off_policy.new_figure()
+curves(ax_r, h, "reward", window=3, ylabel="reward (3-iteration mean)")
 for label, run in mismatch_runs.items():
     if label != "float32":
         ax_kl.plot([mismatch_kl(lw) for lw in run["log_w"]], label=label)
@@ -550,8 +556,8 @@ K_VALUES = (0, 1, 2, 4)
 def stale_run(k, anchor):
     """The cached run for (k, anchor); at k = 0 all anchors are the on-policy twin."""
     if k == 0:
-        return op.run_stale(0, "behaviour")
-    return op.run_stale(k, anchor, tis_grpo_loss if anchor == "current + TIS" else None, CAP)
+        return nb07_off_policy.run_stale(0, "behaviour")
+    return nb07_off_policy.run_stale(k, anchor, tis_grpo_loss if anchor == "current + TIS" else None, CAP)
 
 
 def clip_fraction(run):
@@ -560,15 +566,15 @@ def clip_fraction(run):
     return sum((s["clip_frac_pos"] + s["clip_frac_neg"]) / 2 for s in h) / len(h)
 
 
-stale_runs = {(k, anchor): stale_run(k, anchor) for k in K_VALUES for anchor in op.ANCHORS}
-print(f"{'k':>2} | " + " | ".join(f"{a:^30s}" for a in op.ANCHORS))
-print(f"{'':>2} | " + " | ".join(f"{'reward':>8} {'clipped':>8} {'|rho-1| 1st':>12}" for _ in op.ANCHORS))
+stale_runs = {(k, anchor): stale_run(k, anchor) for k in K_VALUES for anchor in nb07_off_policy.ANCHORS}
+print(f"{'k':>2} | " + " | ".join(f"{a:^30s}" for a in nb07_off_policy.ANCHORS))
+print(f"{'':>2} | " + " | ".join(f"{'reward':>8} {'clipped':>8} {'|rho-1| 1st':>12}" for _ in nb07_off_policy.ANCHORS))
 for k in K_VALUES:
     cells = []
-    for anchor in op.ANCHORS:
+    for anchor in nb07_off_policy.ANCHORS:
         run = stale_runs[k, anchor]
         first = sum(s["ratio_first_maxdev"] for s in run["history"]) / len(run["history"])
-        cells.append(f"{op.final_reward(run):8.3f} {clip_fraction(run):8.3f} {first:12.3f}")
+        cells.append(f"{final_reward(run['history']):8.3f} {clip_fraction(run):8.3f} {first:12.3f}")
     print(f"{k:2d} | " + " | ".join(cells))
 
 # %% [markdown]
@@ -583,25 +589,25 @@ stale_lines = {}
 for anchor, color in ANCHOR_COLORS.items():
     (stale_lines["reward", anchor],) = ax_sr.plot([], [], color=color, label=anchor)
     (stale_lines["clip", anchor],) = ax_sc.plot([], [], color=color, label=anchor)
-ax_sr.set(xlim=(0, op.SHORT["steps"] - 1), ylim=(0.0, 1.0), xlabel="iteration", ylabel="reward")
-ax_sc.set(xlim=(0, op.SHORT["steps"] - 1), ylim=(0.0, 0.6), xlabel="iteration",
+ax_sr.set(xlim=(0, nb07_off_policy.SHORT["steps"] - 1), ylim=(0.0, 1.0), xlabel="iteration", ylabel="reward")
+ax_sc.set(xlim=(0, nb07_off_policy.SHORT["steps"] - 1), ylim=(0.0, 0.6), xlabel="iteration",
           ylabel="clipped fraction of tokens")
 ax_sr.legend(fontsize="small", loc="upper left")
 title_stale = fig_stale.suptitle("")
 
 
 def update_stale(k):
-    for anchor in op.ANCHORS:
+    for anchor in nb07_off_policy.ANCHORS:
         h = stale_runs[k, anchor]["history"]
         stale_lines["reward", anchor].set_data(range(len(h)), [s["reward"] for s in h])
         stale_lines["clip", anchor].set_data(range(len(h)), [(s["clip_frac_pos"] + s["clip_frac_neg"]) / 2
                                                               for s in h])
     title_stale.set_text(f"rollouts from the policy {k} iteration(s) old")
-    return {anchor: (op.final_reward(stale_runs[k, anchor]), clip_fraction(stale_runs[k, anchor]))
-            for anchor in op.ANCHORS}
+    return {anchor: (final_reward(stale_runs[k, anchor]["history"]), clip_fraction(stale_runs[k, anchor]))
+            for anchor in nb07_off_policy.ANCHORS}
 
 
-w_stale = live_plot(fig_stale, update_stale, k=op.choice(K_VALUES, 2, "staleness k"))
+w_stale = live_plot(fig_stale, update_stale, k=choice(K_VALUES, 2, "staleness k"))
 display(w_stale)
 
 # %%
@@ -610,7 +616,7 @@ for k in (1, 4):
     print(f"k = {k}: " + "   ".join(f"{a}: reward {rw:.3f}, clipped {cf:.3f}" for a, (rw, cf) in r.items()))
 
 # %%
-final = {(k, a): op.final_reward(run) for (k, a), run in stale_runs.items()}
+final = {(k, a): final_reward(run["history"]) for (k, a), run in stale_runs.items()}
 clipped = {(k, a): clip_fraction(run) for (k, a), run in stale_runs.items()}
 first_dev = {k: mean(s["ratio_first_maxdev"] for s in stale_runs[k, "behaviour"]["history"]) for k in K_VALUES}
 fmt = lambda values: [f"{v:.3f}" for v in values]  # noqa: E731
@@ -762,11 +768,11 @@ for sigma, cap in ((1.0, CAP), (1.5, CAP), (1.5, 5.0)):
 # %% [markdown]
 # **Logged like the others.** Every run above recorded the per-token log-weights log π_trainer − log
 # π_sampler of each iteration. Two statistics per iteration join the twins' own stats dict, each
-# described by one row (meaning, healthy range, why) in `op.STATS`; the table, the check and the
+# described by one row (meaning, healthy range, why) in `nb07_off_policy.STATS`; the table, the check and the
 # shaded band below all read that row.
 
 # %%
-for name, row in op.STATS.items():
+for name, row in nb07_off_policy.STATS.items():
     print(f"{name:12s} healthy {row.lo:g} .. {row.hi:g}   {row.meaning}")
 
 
@@ -778,14 +784,14 @@ def log_off_policy_stats(run):
 
 
 def outside(run, name):
-    """Iterations whose stats[name] leaves the healthy range of op.STATS[name]."""
-    row = op.STATS[name]
+    """Iterations whose stats[name] leaves the healthy range of nb07_off_policy.STATS[name]."""
+    row = nb07_off_policy.STATS[name]
     return sum(not (row.lo <= s[name] <= row.hi) for s in run["history"])
 
 
 all_runs = {**{f"sampler {label}": run for label, run in mismatch_runs.items()},
             "k=0 (all anchors)": stale_runs[0, "behaviour"],
-            **{f"k={k}, {anchor}": stale_runs[k, anchor] for k in K_VALUES[1:] for anchor in op.ANCHORS}}
+            **{f"k={k}, {anchor}": stale_runs[k, anchor] for k in K_VALUES[1:] for anchor in nb07_off_policy.ANCHORS}}
 print(f"\n{'run':28s} | {'mismatch_kl':>11} {'1 - ESS':>9} {'ESS':>6} {'ESS min':>7} | iterations outside: kl  ess")
 summary = {}
 for label, run in all_runs.items():
@@ -799,16 +805,17 @@ for label, run in all_runs.items():
           f"{r['out_kl']:>20d} {r['out_ess']:>4d}")
 
 # %%
-fig, (ax_a, ax_b) = op.new_figure()
+fig, (ax_a, ax_b) = nb07_off_policy.new_figure()
 for label, run in {**{k: v for k, v in mismatch_runs.items() if k != "float32"},
                    **{f"k={k}": stale_runs[k, "current"] for k in K_VALUES[1:]}}.items():
     points = [(i, 1 - s["ess"]) for i, s in enumerate(run["history"]) if s["ess"] < 1]
     ax_a.plot(*zip(*points, strict=True), label=label)
 ax_a.set(yscale="log", xlabel="iteration", ylabel="1 - ESS", title="1 - ESS: both sources, log scale")
 ax_a.legend(fontsize="small", ncol=2)
-ax_b.axhspan(op.STATS["ess"].lo, op.STATS["ess"].hi, color="0.92", label="healthy (op.STATS)")
+ax_b.axhspan(nb07_off_policy.STATS["ess"].lo, nb07_off_policy.STATS["ess"].hi, color="0.92",
+             label="healthy (nb07_off_policy.STATS)")
 ax_b.set_ylim(0.3, 1.02)
-op.curves_by(ax_b, {f"k={k}": stale_runs[k, "current"] for k in K_VALUES}, "ess", ylabel="ESS / n")
+curves(ax_b, {f"k={k}": stale_runs[k, "current"]["history"] for k in K_VALUES}, "ess", ylabel="ESS / n")
 ax_b.set_title("stale rollouts, clip at the current policy")
 plt.show()
 
@@ -821,8 +828,9 @@ assert all(abs(ratio_to_2kl[label] - 1) < 0.05 for label in ("sampler bfloat16",
 assert ratio_to_2kl["k=4, current"] < 0.8
 assert all(summary[f"sampler {label}"]["ess_min"] >= 0.998 for label in mismatch_runs)
 assert [summary[f"sampler {label}"]["out_kl"] for label in mismatch_runs] == [0, 0, 30, 30]
-assert all(summary[f"k={k}, {a}"]["out_kl"] == op.SHORT["steps"] - 1 for k in K_VALUES[1:] for a in op.ANCHORS)
-out_ess = {k: [summary[f"k={k}, {a}"]["out_ess"] for a in op.ANCHORS] for k in K_VALUES[1:]}
+assert all(summary[f"k={k}, {a}"]["out_kl"] == nb07_off_policy.SHORT["steps"] - 1
+           for k in K_VALUES[1:] for a in nb07_off_policy.ANCHORS)
+out_ess = {k: [summary[f"k={k}, {a}"]["out_ess"] for a in nb07_off_policy.ANCHORS] for k in K_VALUES[1:]}
 assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (5, 18), (22, 28)]
 
 # %% [markdown]

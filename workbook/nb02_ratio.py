@@ -220,7 +220,7 @@ class DriftFigure:
         self.title = self.fig.suptitle(" ", fontsize="medium")
 
     def update(self, buggy: dict, fixed: dict, token_adv, lr: float, clip: float) -> dict:
-        """Redraw from two traces (nb02.inner_trace) -> the numbers a check cell prints, per side."""
+        """Redraw from two traces (nb02_ratio.inner_trace) -> the numbers a check cell prints, per side."""
         self.title.set_text(f"lr={lr:.0e}, clip={clip:.2f}")
         b = self.buggy.update(buggy, token_adv, clip, self.clipped_fn)
         f = self.fixed.update(fixed, token_adv, clip, self.clipped_fn)

@@ -1,4 +1,4 @@
-"""workbook/nb01.py, the machinery of notebook 01: the tiny rollout is the twin's own set-up, the slider figures
+"""workbook/nb01_bugs.py, the machinery of notebook 01: the tiny rollout is the twin's own set-up, the slider figures
 show what their update returns (bars, crosses, markers), compute each slider position once, and redraw by
 blitting after the first frame; the ablation helpers read the health checks right."""
 
@@ -15,12 +15,12 @@ import torch  # noqa: E402
 
 import grpo_buggy  # noqa: E402
 import grpo_fixed  # noqa: E402
-from workbook import nb01  # noqa: E402
+from workbook import nb01_bugs  # noqa: E402
 from workbook.widgets import live_plot, set_value, slider  # noqa: E402
 
 
 def test_tiny_rollout_is_setup_run_then_rollout():
-    run = nb01.tiny_rollout(grpo_fixed, seed=3, prompts_per_batch=2, group_size=4)
+    run = nb01_bugs.tiny_rollout(grpo_fixed, seed=3, prompts_per_batch=2, group_size=4)
     cfg = grpo_fixed.make_config(prompts_per_batch=2, group_size=4)
     policy, ref_policy, optimizer, generator = grpo_fixed.setup_run(grpo_fixed.EchoTask(), cfg, seed=3)
     batch, stats = grpo_fixed.rollout(policy, ref_policy, grpo_fixed.EchoTask(), cfg, generator)
@@ -45,10 +45,10 @@ def counting(fn):
 def test_sampling_figure_draws_the_frequencies_and_computes_each_temperature_once():
     known = torch.tensor([0.5, 0.2, 0.2, 0.1, 0.0], dtype=torch.float64)
     frequencies, calls = counting(lambda module, logits: known)
-    fig, update = nb01.sampling_figure(frequencies)
+    fig, update = nb01_bugs.sampling_figure(frequencies)
     w = live_plot(fig, update, temperature=slider(1.0, 0.1, 3.0, 0.05, "temperature"))
     result = set_value(w, "temperature", 0.5)
-    probs = torch.softmax(nb01.TOY_LOGITS.double() / 0.5, -1)
+    probs = torch.softmax(nb01_bugs.TOY_LOGITS.double() / 0.5, -1)
     assert result["grpo_fixed"] == pytest.approx(0.5 * (known - probs).abs().sum().item())
     for ax in fig.axes:
         assert [bar.get_height() for bar in ax.patches[:5]] == known.tolist()
@@ -58,7 +58,7 @@ def test_sampling_figure_draws_the_frequencies_and_computes_each_temperature_onc
 
 
 def test_spread_figure_crosses_mark_exactly_the_nans():
-    fig, update = nb01.spread_figure(lambda s: [0.5 - s / 2, 0.5, 0.5, 0.5 + s / 2])
+    fig, update = nb01_bugs.spread_figure(lambda s: [0.5 - s / 2, 0.5, 0.5, 0.5 + s / 2])
     result = update(0.0)
     crosses = {ax.get_title(): ax.lines[0].get_xdata() for ax in fig.axes}
     assert all(math.isnan(a) for a in result["grpo_buggy"]) and list(crosses["grpo_buggy"]) == [0, 1, 2, 3]
@@ -75,7 +75,7 @@ def estimates(fraction, padding):
 
 def test_masked_mean_figure_marks_non_finite_estimates_and_the_current_fraction():
     counted, calls = counting(estimates)
-    fig, update = nb01.masked_mean_figure(counted, {"-inf": -math.inf, "0.0": 0.0}, width=4)
+    fig, update = nb01_bugs.masked_mean_figure(counted, {"-inf": -math.inf, "0.0": 0.0}, width=4)
     result = update(0.75, "-inf")
     assert result == estimates(0.75, -math.inf)
     ax_buggy = fig.axes[0]
@@ -95,15 +95,15 @@ def test_masked_mean_figure_marks_non_finite_estimates_and_the_current_fraction(
 def test_slider_figures_redraw_without_a_full_draw(build):
     """Every artist a move changes is animated up front and no legend or label changes, so moves are blitted."""
     if build == "sampling":
-        fig, update = nb01.sampling_figure(lambda module, logits: torch.softmax(logits.double(), -1))
+        fig, update = nb01_bugs.sampling_figure(lambda module, logits: torch.softmax(logits.double(), -1))
         w = live_plot(fig, update, temperature=slider(1.0, 0.1, 3.0, 0.05, "x"))
         values = [0.5, 2.0, 0.25]
     elif build == "spread":
-        fig, update = nb01.spread_figure(lambda s: [0.5 - s / 2, 0.5, 0.5, 0.5 + s / 2])
+        fig, update = nb01_bugs.spread_figure(lambda s: [0.5 - s / 2, 0.5, 0.5, 0.5 + s / 2])
         w = live_plot(fig, update, spread=slider(0.0, 0.0, 1.0, 0.05, "x"))
         values = [0.5, 0.0, 1.0]
     else:
-        fig, update = nb01.masked_mean_figure(estimates, {"-inf": -math.inf, "0.0": 0.0}, width=4)
+        fig, update = nb01_bugs.masked_mean_figure(estimates, {"-inf": -math.inf, "0.0": 0.0}, width=4)
         w = live_plot(fig, update, masked_fraction=slider(0.5, 0.0, 1.0, 0.25, "x"),
                       padding=widgets.ToggleButtons(options=["-inf", "0.0"], value="-inf", description="padding"))
         values = [0.75, 0.0, 1.0]
@@ -120,11 +120,11 @@ def test_first_failures_gives_the_first_failing_iteration_of_each_check():
     history = [dict(healthy, iteration=0), dict(healthy, iteration=1, adv_nonfinite=2),
                dict(healthy, iteration=2, adv_nonfinite=1, kl=math.nan)]
     assert grpo_fixed.check_health(history[0], cfg) == []
-    assert nb01.first_failures(history, cfg) == {"advantages finite": 1, "KL finite and >= 0": 2}
+    assert nb01_bugs.first_failures(history, cfg) == {"advantages finite": 1, "KL finite and >= 0": 2}
 
 
 def test_trainer_labels():
-    assert nb01.trainer("fixed") is grpo_fixed and nb01.trainer("buggy") is grpo_buggy
-    b9 = nb01.trainer("B9")
+    assert nb01_bugs.trainer("fixed") is grpo_fixed and nb01_bugs.trainer("buggy") is grpo_buggy
+    b9 = nb01_bugs.trainer("B9")
     assert b9.batch_advantages.__code__.co_code == grpo_buggy.batch_advantages.__code__.co_code
-    assert nb01.ABLATION_RUNS == ["fixed", "buggy", *[f"B{i}" for i in range(1, 12)]]
+    assert nb01_bugs.ABLATION_RUNS == ["fixed", "buggy", *[f"B{i}" for i in range(1, 12)]]

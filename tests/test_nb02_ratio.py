@@ -1,4 +1,4 @@
-"""workbook/nb02.py, the machinery of notebook 02: snapshots restore exactly, cached replays equal fresh
+"""workbook/nb02_ratio.py, the machinery of notebook 02: snapshots restore exactly, cached replays equal fresh
 ones, the drift figure shows what the traces hold, and the audit runner tells the fixed twin from B3."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import grpo_fixed  # noqa: E402
-from workbook import nb02  # noqa: E402
+from workbook import nb02_ratio  # noqa: E402
 from workbook.catalog import hybrid  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def clipped(ratio, token_adv, clip):
 
 @pytest.fixture(scope="module")
 def snap():
-    return nb02.warm_start(iterations=2, seed=0)
+    return nb02_ratio.warm_start(iterations=2, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -40,33 +40,33 @@ def token_adv(snap):
 
 
 def test_restore_gives_the_snapshot_policy(snap):
-    policy, optimizer = nb02.restore(snap, lr=1e-3)
+    policy, optimizer = nb02_ratio.restore(snap, lr=1e-3)
     assert (true_ratio(policy, snap.batch, snap.cfg.temperature) == 1).all()
     assert optimizer.param_groups[0]["lr"] == 1e-3
-    policy2, _ = nb02.restore(snap)
+    policy2, _ = nb02_ratio.restore(snap)
     assert all(torch.equal(a, b) for a, b in zip(policy.state_dict().values(), policy2.state_dict().values(),
                                                  strict=True))
 
 
 def test_extended_replay_equals_a_fresh_one_and_cached_positions_replay_nothing(snap):
-    nb02._trace_run.cache_clear()
-    short = nb02.inner_trace(grpo_fixed, snap, 2, 3e-3, 0.2, ratio_fn=true_ratio)
-    before = nb02.replays_run()
-    longer = nb02.inner_trace(grpo_fixed, snap, 4, 3e-3, 0.2, ratio_fn=true_ratio)
-    assert nb02.replays_run() == before + 2  # only the two missing steps
-    nb02.inner_trace(grpo_fixed, snap, 3, 3e-3, 0.2, ratio_fn=true_ratio)
-    assert nb02.replays_run() == before + 2  # a shorter trace of a cached position: nothing new
+    nb02_ratio._trace_run.cache_clear()
+    short = nb02_ratio.inner_trace(grpo_fixed, snap, 2, 3e-3, 0.2, ratio_fn=true_ratio)
+    before = nb02_ratio.replays_run()
+    longer = nb02_ratio.inner_trace(grpo_fixed, snap, 4, 3e-3, 0.2, ratio_fn=true_ratio)
+    assert nb02_ratio.replays_run() == before + 2  # only the two missing steps
+    nb02_ratio.inner_trace(grpo_fixed, snap, 3, 3e-3, 0.2, ratio_fn=true_ratio)
+    assert nb02_ratio.replays_run() == before + 2  # a shorter trace of a cached position: nothing new
     assert all(torch.equal(a, b) for a, b in zip(short["ratio"], longer["ratio"][:2], strict=True))
-    nb02._trace_run.cache_clear()
-    fresh = nb02.inner_trace(grpo_fixed, snap, 4, 3e-3, 0.2, ratio_fn=true_ratio)
+    nb02_ratio._trace_run.cache_clear()
+    fresh = nb02_ratio.inner_trace(grpo_fixed, snap, 4, 3e-3, 0.2, ratio_fn=true_ratio)
     assert all(torch.equal(a, b) for a, b in zip(fresh["ratio"], longer["ratio"], strict=True))
     assert (fresh["ratio"][0] == 1).all() and not (fresh["ratio"][3] == 1).all()
 
 
 def test_b3_replay_ignores_the_clip_and_its_loss_sees_ratio_one(snap):
     b3 = hybrid("B3")
-    a = nb02.inner_trace(b3, snap, 3, 3e-3, 0.1, ratio_fn=true_ratio)
-    b = nb02.inner_trace(b3, snap, 3, 3e-3, 0.4, ratio_fn=true_ratio)
+    a = nb02_ratio.inner_trace(b3, snap, 3, 3e-3, 0.1, ratio_fn=true_ratio)
+    b = nb02_ratio.inner_trace(b3, snap, 3, 3e-3, 0.4, ratio_fn=true_ratio)
     assert all(torch.equal(x, y) for x, y in zip(a["ratio"], b["ratio"], strict=True))
     assert all((r == 1).all() for r in a["loss_ratio"]) and a["clipped"] == [0.0, 0.0, 0.0]
     assert not (a["ratio"][2] == 1).all()  # the true ratio moves all the same
@@ -74,10 +74,10 @@ def test_b3_replay_ignores_the_clip_and_its_loss_sees_ratio_one(snap):
 
 def test_drift_figure_shows_the_traces(snap, token_adv):
     b3 = hybrid("B3")
-    fig = nb02.DriftFigure(max_steps=6, clipped_fn=clipped)
+    fig = nb02_ratio.DriftFigure(max_steps=6, clipped_fn=clipped)
     try:
-        buggy = nb02.inner_trace(b3, snap, 4, 1e-2, 0.2, ratio_fn=true_ratio)
-        fixed = nb02.inner_trace(grpo_fixed, snap, 4, 1e-2, 0.2, ratio_fn=true_ratio)
+        buggy = nb02_ratio.inner_trace(b3, snap, 4, 1e-2, 0.2, ratio_fn=true_ratio)
+        fixed = nb02_ratio.inner_trace(grpo_fixed, snap, 4, 1e-2, 0.2, ratio_fn=true_ratio)
         result = fig.update(buggy, fixed, token_adv, 1e-2, 0.2)
         panel = fig.fixed
         assert list(panel.hi.get_xdata()) == [0, 1, 2, 3]
@@ -86,10 +86,10 @@ def test_drift_figure_shows_the_traces(snap, token_adv):
         assert result["last_outside_fixed"] == pytest.approx(clipped(fixed["ratio"][-1], token_adv, 0.2).float().mean())
         heights = list(panel.clipped.get_data().values)
         assert heights[4:] == [0.0, 0.0]  # steps beyond the trace: no bar
-        assert heights[:4] == pytest.approx([nb02.BAR_SCALE * c for c in fixed["clipped"]])
+        assert heights[:4] == pytest.approx([nb02_ratio.BAR_SCALE * c for c in fixed["clipped"]])
         outlined = panel.missed.get_data()
         outside = [clipped(r, token_adv, 0.2).float().mean().item() for r in fixed["ratio"]]
-        assert list(outlined.values[:4]) == pytest.approx([nb02.BAR_SCALE * max(o, c)
+        assert list(outlined.values[:4]) == pytest.approx([nb02_ratio.BAR_SCALE * max(o, c)
                                                            for o, c in zip(outside, fixed["clipped"], strict=True)])
         assert list(outlined.baseline) == pytest.approx(heights)  # the outline starts on the filled bar's top
         assert result["first_clip_buggy"] is None and fig.buggy.note.get_text() == "clipping never engages"
@@ -102,16 +102,16 @@ def test_drift_figure_shows_the_traces(snap, token_adv):
 
 
 def test_ratio_audit_tells_fixed_from_b3_and_dropout(snap):
-    fixed = nb02.ratio_audit(grpo_fixed, snap)
+    fixed = nb02_ratio.ratio_audit(grpo_fixed, snap)
     assert fixed["first_cached"] == 0 and fixed["gap"] == 0 and fixed["health"] == []
-    b3 = nb02.ratio_audit(hybrid("B3"), snap)
+    b3 = nb02_ratio.ratio_audit(hybrid("B3"), snap)
     assert b3["last_cached"] == 0 and "ratio moves after updates" in b3["health"]
-    dropout = nb02.ratio_audit(grpo_fixed, snap, dropout=0.1)
+    dropout = nb02_ratio.ratio_audit(grpo_fixed, snap, dropout=0.1)
     assert dropout["first_cached"] > 0 and "ratio == 1 at the first inner step" in dropout["health"]
 
 
 def test_surrogate_grad_is_minus_a_rho_inside_the_window():
     x = torch.tensor([-0.1, 0.0, 0.1, 0.5])  # log-ratios; 0.5 is past 1 + 0.2 for A > 0
-    grad = nb02.surrogate_grad(grpo_fixed.grpo_loss, x, 2.0)
+    grad = nb02_ratio.surrogate_grad(grpo_fixed.grpo_loss, x, 2.0)
     assert grad[:3] == pytest.approx((-2.0 * x[:3].exp()).tolist())
     assert grad[3] == 0

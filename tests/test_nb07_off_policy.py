@@ -1,4 +1,4 @@
-"""workbook/off_policy.py: the lower-precision sampler, the update_policy with a replaceable policy-gradient
+"""workbook/nb07_off_policy.py: the lower-precision sampler, the update_policy with a replaceable policy-gradient
 term, the stale-rollout runner, and the exact enumeration of EchoTask's completions. Each helper is
 checked against the twins' own functions (or a direct computation), never against numbers it produced."""
 
@@ -11,14 +11,15 @@ import pytest
 import torch
 
 import grpo_fixed
-from workbook import off_policy as op
+import grpo_support
+from workbook import nb07_off_policy
 from workbook.swap import fixed_with
 
 TASK = grpo_fixed.EchoTask()
 
 
 def fresh_policy(seed=0):
-    cfg = grpo_fixed.make_config(**op.SHORT)
+    cfg = grpo_fixed.make_config(**nb07_off_policy.SHORT)
     return grpo_fixed.setup_run(TASK, cfg, seed)[0]
 
 
@@ -27,13 +28,18 @@ def one_batch(module, policy, seed=0, prompts_per_batch=4):
     return module.rollout(policy, policy, TASK, cfg, torch.Generator().manual_seed(seed))
 
 
+def relative_error(g, g_true) -> float:
+    """|g - g_true| / |g_true| (L2 over all parameters), as notebook 07 measures it."""
+    return ((g - g_true).norm() / g_true.norm()).item()
+
+
 # ---- the lower-precision sampler --------------------------------------------------------------
 
 
 def test_round_to_is_the_identity_in_float32_and_bounded_in_bfloat16():
     x = 30 * torch.randn(1000, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(op.round_to(x, torch.float32), x)
-    rounded = op.round_to(x, torch.bfloat16)
+    assert torch.equal(nb07_off_policy.round_to(x, torch.float32), x)
+    rounded = nb07_off_policy.round_to(x, torch.bfloat16)
     assert rounded.dtype == torch.float32
     assert not torch.equal(rounded, x)
     assert ((rounded - x).abs() <= x.abs() * 2.0**-8).all()  # unit roundoff of an 8-bit significand
@@ -42,30 +48,30 @@ def test_round_to_is_the_identity_in_float32_and_bounded_in_bfloat16():
 def test_float32_sampler_reproduces_the_twins_rollout_exactly():
     policy = fresh_policy()
     plain, _ = one_batch(grpo_fixed, policy)
-    same, _ = one_batch(fixed_with("t_fp32", generate=op.rounded_generate(torch.float32)), policy)
+    same, _ = one_batch(fixed_with("t_fp32", generate=nb07_off_policy.rounded_generate(torch.float32)), policy)
     for key in ("completions", "mask", "sampler_logprobs", "old_logprobs", "advantages"):
         assert torch.equal(plain[key], same[key]), key
 
 
 def test_bfloat16_sampler_logprobs_are_the_rounded_distributions():
     policy = fresh_policy()
-    batch, _ = one_batch(fixed_with("t_bf16", generate=op.rounded_generate(torch.bfloat16)), policy)
-    logits = op.round_to(grpo_fixed.completion_logits(policy, batch["prompts"], batch["completions"]),
+    batch, _ = one_batch(fixed_with("t_bf16", generate=nb07_off_policy.rounded_generate(torch.bfloat16)), policy)
+    logits = nb07_off_policy.round_to(grpo_fixed.completion_logits(policy, batch["prompts"], batch["completions"]),
                          torch.bfloat16) / grpo_fixed.Config.temperature  # (N, T, V), what the sampler saw
     expected = torch.log_softmax(logits, -1).gather(-1, batch["completions"][..., None]).squeeze(-1)
     mask = batch["mask"]
     assert torch.allclose(batch["sampler_logprobs"][mask], expected[mask], atol=1e-5)
-    log_w = op.log_weights(batch)
+    log_w = nb07_off_policy.log_weights(batch)
     assert log_w.shape == (int(mask.sum()),)
     assert log_w.abs().max() > 0  # the float32 trainer disagrees with the rounded sampler
 
 
 def test_sampler_batch_uses_the_requested_precision():
     policy = fresh_policy()
-    exact, _ = op.sampler_batch(policy, "float32", prompts_per_batch=4)
-    rounded, _ = op.sampler_batch(policy, "float8_e4m3fn", prompts_per_batch=4)
-    assert op.log_weights(exact).abs().max() == 0
-    assert op.log_weights(rounded).abs().max() > 1e-3
+    exact, _ = nb07_off_policy.sampler_batch(policy, "float32", prompts_per_batch=4)
+    rounded, _ = nb07_off_policy.sampler_batch(policy, "float8_e4m3fn", prompts_per_batch=4)
+    assert nb07_off_policy.log_weights(exact).abs().max() == 0
+    assert nb07_off_policy.log_weights(rounded).abs().max() > 1e-3
 
 
 # ---- update_policy with a replaceable policy-gradient term ------------------------------------
@@ -74,7 +80,7 @@ def test_sampler_batch_uses_the_requested_precision():
 def updated(update_policy, seed=0):
     """Parameters and records after one update_policy call on the same batch from the same state."""
     policy = fresh_policy(seed)
-    cfg = grpo_fixed.make_config(**op.SHORT)
+    cfg = grpo_fixed.make_config(**nb07_off_policy.SHORT)
     batch, _ = one_batch(grpo_fixed, policy, seed, prompts_per_batch=cfg.prompts_per_batch)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     records = update_policy(policy, optimizer, batch, cfg, torch.Generator().manual_seed(seed))
@@ -82,7 +88,8 @@ def updated(update_policy, seed=0):
 
 
 def test_update_policy_with_plain_loss_is_the_twins_update_policy():
-    m = fixed_with("t_plain", update_policy=op.update_policy_with(op.plain_grpo_loss))
+    plain = nb07_off_policy.update_policy_with(nb07_off_policy.plain_grpo_loss)
+    m = fixed_with("t_plain", wrap={"update_policy": plain})
     params_twin, records_twin = updated(grpo_fixed.update_policy)
     params_ours, records_ours = updated(m.update_policy)
     assert torch.equal(params_twin, params_ours)
@@ -94,11 +101,11 @@ def test_update_policy_with_passes_the_sampler_logprobs_to_the_loss():
 
     def spy(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip):
         seen.append((sampler_logprobs.shape, clip))
-        return op.plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip)
+        return nb07_off_policy.plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip)
 
-    m = fixed_with("t_spy", update_policy=op.update_policy_with(spy))
+    m = fixed_with("t_spy", wrap={"update_policy": nb07_off_policy.update_policy_with(spy)})
     params_ours, _ = updated(m.update_policy)
-    cfg = grpo_fixed.make_config(**op.SHORT)
+    cfg = grpo_fixed.make_config(**nb07_off_policy.SHORT)
     assert len(seen) == cfg.inner_epochs * cfg.minibatches
     assert all(shape[1] == TASK.max_completion_length and clip == cfg.clip for shape, clip in seen)
     assert torch.equal(params_ours, updated(grpo_fixed.update_policy)[0])
@@ -106,9 +113,9 @@ def test_update_policy_with_passes_the_sampler_logprobs_to_the_loss():
 
 def test_a_different_loss_changes_the_update():
     def doubled(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip):
-        return 2 * op.plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip)
+        return 2 * nb07_off_policy.plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip)
 
-    m = fixed_with("t_doubled", update_policy=op.update_policy_with(doubled))
+    m = fixed_with("t_doubled", wrap={"update_policy": nb07_off_policy.update_policy_with(doubled)})
     assert not torch.equal(updated(m.update_policy)[0], updated(grpo_fixed.update_policy)[0])
 
 
@@ -116,10 +123,10 @@ def test_a_different_loss_changes_the_update():
 
 
 def test_float32_mismatch_run_is_the_plain_twin():
-    run = op.run_mismatch("float32")
-    plain = grpo_fixed.train(seed=0, **op.SHORT)
+    run = nb07_off_policy.run_mismatch("float32")
+    plain = grpo_fixed.train(seed=0, **nb07_off_policy.SHORT)
     assert [s["reward"] for s in run["history"]] == [s["reward"] for s in plain]
-    assert len(run["log_w"]) == op.SHORT["steps"]
+    assert len(run["log_w"]) == nb07_off_policy.SHORT["steps"]
     assert all(lw.abs().max() == 0 for lw in run["log_w"])
 
 
@@ -130,7 +137,7 @@ def test_stale_rollout_samples_from_the_policy_k_iterations_old():
     policy = fresh_policy()
     old = copy.deepcopy(policy)
     for anchor in ("behaviour", "current"):
-        rollout = op.stale_rollout(1, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, log_w)
+        rollout = nb07_off_policy.stale_rollout(1, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, log_w)
         rollout(policy, policy, TASK, cfg, torch.Generator().manual_seed(0))  # snapshot of the first policy
         with torch.no_grad():
             for p in policy.parameters():
@@ -149,16 +156,16 @@ def test_stale_rollout_samples_from_the_policy_k_iterations_old():
 
 def test_run_stale_rejects_an_unknown_anchor_and_a_missing_loss():
     with pytest.raises(ValueError, match="anchor"):
-        op.run_stale(1, "sideways")
+        nb07_off_policy.run_stale(1, "sideways")
     with pytest.raises(ValueError, match="tis"):
-        op.run_stale(1, "current + TIS")
+        nb07_off_policy.run_stale(1, "current + TIS")
 
 
 # ---- exact enumeration of EchoTask ------------------------------------------------------------
 
 
 def test_completion_tree_lists_every_completion_once_with_generates_mask():
-    tree = op.completion_tree(TASK)
+    tree = nb07_off_policy.completion_tree(TASK)
     completions, mask = tree["completions"], tree["mask"]
     words, T = TASK.vocab_size - 1, TASK.max_completion_length
     assert completions.shape == (sum(words**t for t in range(T)) + words**T, T)  # 781 for EchoTask
@@ -171,10 +178,10 @@ def test_completion_tree_lists_every_completion_once_with_generates_mask():
 
 def test_tree_logprobs_match_the_twins_and_sum_to_one():
     policy = fresh_policy(3)
-    tree = op.completion_tree(TASK)
+    tree = nb07_off_policy.completion_tree(TASK)
     prompts = torch.tensor([[1, 2], [5, 5]])  # (X, P)
     temperature = grpo_fixed.Config.temperature
-    logp = op.tree_logprobs(policy, prompts, tree, temperature)  # (X, S, T)
+    logp = nb07_off_policy.tree_logprobs(policy, prompts, tree, temperature)  # (X, S, T)
     S = tree["completions"].shape[0]
     with torch.no_grad():
         for x in range(len(prompts)):
@@ -186,18 +193,19 @@ def test_tree_logprobs_match_the_twins_and_sum_to_one():
 def test_exact_gradients_true_matches_autograd_of_the_expected_reward():
     policy = fresh_policy(4)
     ones = {"uncorrected": lambda logp, logq: torch.ones_like(logp)}
-    grads = op.exact_gradients(policy, TASK, torch.float32, grpo_fixed.Config.temperature, ones)
+    grads = nb07_off_policy.exact_gradients(policy, TASK, torch.float32, grpo_fixed.Config.temperature, ones)
     # direct: J = mean_x sum_y pi(y|x) r(x, y), differentiated by autograd
-    tree = op.completion_tree(TASK)
+    tree = nb07_off_policy.completion_tree(TASK)
     prompts = torch.tensor([[a, b] for a in range(1, 6) for b in range(1, 6)])
     S = tree["completions"].shape[0]
     rewards = TASK.reward(prompts.repeat_interleave(S, 0), tree["completions"].repeat(len(prompts), 1),
                           tree["mask"].repeat(len(prompts), 1)).view(len(prompts), S)
-    J = (op.tree_logprobs(policy, prompts, tree, grpo_fixed.Config.temperature).sum(-1).exp() * rewards).sum(1).mean()
+    logp = nb07_off_policy.tree_logprobs(policy, prompts, tree, grpo_fixed.Config.temperature)  # (X, S, T)
+    J = (logp.sum(-1).exp() * rewards).sum(1).mean()
     direct = torch.cat([g.flatten() for g in torch.autograd.grad(J, list(policy.parameters()))]).double()
     assert torch.allclose(grads["true"], direct, rtol=1e-4, atol=1e-7)
     # a float32 "sampler" is the policy itself: the uncorrected update is then the policy gradient
-    assert op.relative_error(grads["uncorrected"], grads["true"]) < 1e-4
+    assert relative_error(grads["uncorrected"], grads["true"]) < 1e-4
 
 
 def test_exact_gradients_see_the_rounding_bias_and_the_sequence_weight_removes_it():
@@ -206,17 +214,18 @@ def test_exact_gradients_see_the_rounding_bias_and_the_sequence_weight_removes_i
         "uncorrected": lambda logp, logq: torch.ones_like(logp),
         "sequence": lambda logp, logq: torch.exp((logp - logq).sum(-1, keepdim=True)).expand_as(logp),
     }
-    grads = op.exact_gradients(policy, TASK, torch.float8_e4m3fn, grpo_fixed.Config.temperature, weightings)
-    assert op.relative_error(grads["uncorrected"], grads["true"]) > 1e-3
-    assert op.relative_error(grads["sequence"], grads["true"]) < 1e-5
+    grads = nb07_off_policy.exact_gradients(policy, TASK, torch.float8_e4m3fn, grpo_fixed.Config.temperature,
+                                            weightings)
+    assert relative_error(grads["uncorrected"], grads["true"]) > 1e-3
+    assert relative_error(grads["sequence"], grads["true"]) < 1e-5
 
 
 # ---- the statistics rows ----------------------------------------------------------------------
 
 
 def test_stats_rows_have_the_twins_shape_and_sane_ranges():
-    for name, row in op.STATS.items():
-        assert isinstance(row, grpo_fixed.Stat), name
+    for name, row in nb07_off_policy.STATS.items():
+        assert isinstance(row, grpo_support.Stat), name
         assert row.lo <= row.hi and row.meaning and row.why
-    assert op.STATS["ess"].hi == 1 and 0 < op.STATS["ess"].lo < 1
-    assert op.STATS["mismatch_kl"].lo == 0 and math.isfinite(op.STATS["mismatch_kl"].hi)
+    assert nb07_off_policy.STATS["ess"].hi == 1 and 0 < nb07_off_policy.STATS["ess"].lo < 1
+    assert nb07_off_policy.STATS["mismatch_kl"].lo == 0 and math.isfinite(nb07_off_policy.STATS["mismatch_kl"].hi)

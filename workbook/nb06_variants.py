@@ -1,15 +1,13 @@
-"""Machinery for notebook 06 (GRPO variants): build a variant, run it through its own train(), cache
-the run, and draw comparisons.
+"""Machinery for notebook 06 (GRPO variants): run a variant through its own train(), record and cache the
+run.
 
-A variant is a fresh copy of grpo_fixed with one or two functions replaced (`swap.fixed_with`, the
-catalog's hybrid mechanism), optionally with a wrapper around one of the copy's own functions (a
-rollout that adds a KL penalty to the rewards, masks truncated completions, or resamples groups).
-The code each variant teaches (the equation) lives in the notebook; this module only builds, runs,
-records and draws.
+A variant is `swap.fixed_with(label, wrap=..., **functions)`: a fresh copy of grpo_fixed with one or two
+functions replaced, optionally with a wrapper around one of the copy's own functions (a rollout that adds a
+KL penalty to the rewards, masks truncated completions, or resamples groups). The code each variant teaches
+(the equation) lives in the notebook; this module only runs, records and caches.
 
-    module = build("dr_grpo", grpo_loss=dr_grpo_loss)                 # replace a twin function
-    module = build("kl_reward", wrap={"rollout": kl_in_reward(0.1)})  # wrap one: factory(module) -> fn
-    run = train_variant("dr_grpo", task, grpo_loss=dr_grpo_loss, steps=40)   # cached by its inputs
+    run = train_variant("dr_grpo", task, functions={"grpo_loss": dr_grpo_loss}, steps=40)  # cached by its inputs
+    run = train_variant("kl_reward", task, wrap={"rollout": kl_in_reward(0.1)})  # wrap: factory(module) -> fn
 
 Every run records, per iteration, the trainer's own stats dict (`run.history`) and the sampled
 completions' rewards, lengths and truncation flags (`run.samples`), plus whatever a `probe(module,
@@ -25,19 +23,6 @@ import torch
 
 import grpo_fixed
 from workbook.swap import fixed_with
-from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
-
-
-def build(label: str, *, wrap: dict | None = None, **functions):
-    """A fresh grpo_fixed copy named grpo_fixed_<label>: `functions` replace top-level functions
-    (rebound to the copy, see swap.fixed_with), then each wrap[site] = factory(module) replaces
-    module.site with factory's result (the factory reads the copy's own function to wrap it)."""
-    module = fixed_with(label, **functions)
-    for site, factory in (wrap or {}).items():
-        if not callable(getattr(module, site, None)):
-            raise ValueError(f"grpo_fixed has no function {site!r} to wrap")
-        setattr(module, site, factory(module))
-    return module
 
 
 def completion_lengths(completions, eos_id: int):
@@ -118,8 +103,8 @@ def _key_of(label, functions, wrap, task, seed, cfg, probe):
 
 def train_variant(label: str, task=None, *, seed: int = 0, wrap: dict | None = None, probe=None,
                   functions: dict | None = None, **overrides) -> Run:
-    """Build the variant (see build), train it on `task` (default EchoTask) with `overrides`, and
-    record it (see Run). Cached: the same inputs return the same Run object without training.
+    """Build the variant (swap.fixed_with(label, wrap=wrap, **functions)), train it on `task` (default EchoTask)
+    with `overrides`, and record it (see Run). Cached: the same inputs return the same Run object without training.
 
     `functions` maps twin function names to replacements (a dict, so that config overrides and
     function names cannot collide)."""
@@ -129,7 +114,7 @@ def train_variant(label: str, task=None, *, seed: int = 0, wrap: dict | None = N
     key = _key_of(label, functions, wrap, task, seed, cfg, probe)
     if key in _RUNS:
         return _RUNS[key]
-    module = build(label, wrap=wrap, **functions)
+    module = fixed_with(label, wrap=wrap, **functions)
     run = Run(history=[])
     _recording(module, run, probe)
     run.history = module.train(task, seed=seed, **overrides)
@@ -158,38 +143,3 @@ def log_ratio_spread(module, policy, batch, cfg):
     outside = lambda x: ((x.exp() - 1).abs() > cfg.clip).float().mean().item()  # noqa: E731
     return {"token_std": token_log.std().item(), "seq_std": seq_log.std().item(),
             "token_out": outside(token_log), "seq_out": outside(seq_log)}
-
-
-# ----------------------------------------------------------------------------------------------
-# Small numeric helpers shared by several sections
-
-
-def smooth(values, n: int = 5):
-    """Trailing mean over up to n values (nan-aware: nans are skipped; nan if the window has none)."""
-    out = []
-    for i in range(len(values)):
-        window = [v for v in values[max(0, i - n + 1) : i + 1] if not math.isnan(v)]
-        out.append(sum(window) / len(window) if window else math.nan)
-    return out
-
-
-def tail_mean(values, n: int = 10):
-    """Mean of the last n values, nans skipped."""
-    tail = [v for v in list(values)[-n:] if not math.isnan(v)]
-    return sum(tail) / len(tail) if tail else math.nan
-
-
-# ----------------------------------------------------------------------------------------------
-# Figures
-
-
-def plot_runs(ax, runs: dict, values, *, colors: dict | None = None, n: int = 5, ylabel: str = ""):
-    """One line per labelled run: values(run) -> list per iteration, smoothed over n iterations."""
-    for label, run in runs.items():
-        ax.plot(smooth(values(run), n), label=label, color=(colors or {}).get(label), lw=1.5)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize="small")
-    return ax
-
-

@@ -1,4 +1,4 @@
-"""workbook/critic.py, the machinery of notebook 05: the harness is the twin's loop (the group baseline gives
+"""workbook/nb05_critic.py, the machinery of notebook 05: the harness is the twin's loop (the group baseline gives
 grpo_fixed.train's statistics exactly), GAE with lambda = 1 is the return minus V, a short critic run trains
 its critic, passes are counted with forward hooks on the instances (nothing patched), and the exact
 enumeration and the baseline experiment agree with cases whose answer is known."""
@@ -14,24 +14,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import grpo_fixed as gf  # noqa: E402
-from workbook import catalog  # noqa: E402
-from workbook import critic as C  # noqa: E402
+import grpo_fixed  # noqa: E402
+from workbook import (
+    catalog,  # noqa: E402
+    nb05_critic,  # noqa: E402
+)
 
 SHORT = dict(steps=3, prompts_per_batch=4)
 
 
 @pytest.fixture(scope="module")
 def critic_run():
-    return C.train_with_baseline(baseline="critic", snapshot_at=(0, 2), **SHORT)
+    return nb05_critic.train_with_baseline(baseline="critic", snapshot_at=(0, 2), **SHORT)
 
 
 # ---- the harness is the twin --------------------------------------------------------------------
 
 
 def test_group_baseline_reproduces_grpo_fixed_train_exactly():
-    ours, _ = C.train_with_baseline(baseline="group", **SHORT)
-    theirs = gf.train(**SHORT)
+    ours, _ = nb05_critic.train_with_baseline(baseline="group", **SHORT)
+    theirs = grpo_fixed.train(**SHORT)
     assert len(ours) == len(theirs) == SHORT["steps"]
     for a, b in zip(ours, theirs, strict=True):
         keys = set(a) - {"seconds"}
@@ -43,14 +45,15 @@ def test_a_hybrid_module_runs_its_own_functions():
     """module=B2 uses the hybrid's group_advantage: on a sparse task its advantages turn NaN."""
     from workbook.tasks import SparseMatchTask
 
-    history, _ = C.train_with_baseline(SparseMatchTask(), module=catalog.hybrid("B2"), steps=1, prompts_per_batch=8)
-    fixed, _ = C.train_with_baseline(SparseMatchTask(), steps=1, prompts_per_batch=8)
+    history, _ = nb05_critic.train_with_baseline(SparseMatchTask(), module=catalog.hybrid("B2"), steps=1,
+                                                 prompts_per_batch=8)
+    fixed, _ = nb05_critic.train_with_baseline(SparseMatchTask(), steps=1, prompts_per_batch=8)
     assert history[0]["adv_nonfinite"] > 0 and fixed[0]["adv_nonfinite"] == 0
 
 
 def test_unknown_baseline_is_rejected():
     with pytest.raises(ValueError, match="baseline must be one of"):
-        C.train_with_baseline(baseline="value", steps=1)
+        nb05_critic.train_with_baseline(baseline="value", steps=1)
 
 
 # ---- GAE ------------------------------------------------------------------------------------------
@@ -67,14 +70,14 @@ def random_episodes(n=6, T=5, seed=0):
 
 def test_gae_with_lambda_one_is_the_return_minus_v():
     values, rewards, mask = random_episodes()
-    adv = C.gae_advantages(values, rewards, mask, lam=1.0)  # (n, T)
+    adv = nb05_critic.gae_advantages(values, rewards, mask, lam=1.0)  # (n, T)
     assert torch.allclose(adv, torch.where(mask, rewards[:, None] - values, 0.0), atol=1e-6)
 
 
 def test_gae_with_lambda_zero_is_the_one_step_td_error():
     values, rewards, mask = random_episodes(seed=1)
-    adv = C.gae_advantages(values, rewards, mask, lam=0.0)
-    last = C.last_token(mask)
+    adv = nb05_critic.gae_advantages(values, rewards, mask, lam=0.0)
+    last = nb05_critic.last_token(mask)
     next_v = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1) * torch.cat(
         [mask[:, 1:], torch.zeros_like(mask[:, :1])], 1)
     td = torch.where(last, rewards[:, None], 0.0) + next_v - values
@@ -84,17 +87,17 @@ def test_gae_with_lambda_zero_is_the_one_step_td_error():
 def test_gae_hand_example():
     values = torch.tensor([[0.5, 0.6, 0.8, 0.0]])
     mask = torch.tensor([[True, True, True, False]])
-    half = C.gae_advantages(values, torch.tensor([1.0]), mask, lam=0.5)
+    half = nb05_critic.gae_advantages(values, torch.tensor([1.0]), mask, lam=0.5)
     assert torch.allclose(half, torch.tensor([[0.25, 0.3, 0.2, 0.0]]))  # delta = .1, .2, .2; A = delta + A'/2
 
 
 def test_the_critic_targets_are_the_outcome_with_lambda_one():
     """On a real rollout: with lambda = 1 every generated token's return is the outcome reward r, so the
     advantage before scaling, returns - V_phi_old, is r - V(s_t)."""
-    task, cfg = gf.EchoTask(), gf.make_config(prompts_per_batch=4)
-    policy, ref_policy, _, generator = gf.setup_run(task, cfg, seed=0)
-    batch, _ = gf.rollout(policy, ref_policy, task, cfg, generator)
-    stats = C.attach_advantages(batch, "critic", C.make_critic(task, cfg.hidden), cfg, lam=1.0)
+    task, cfg = grpo_fixed.EchoTask(), grpo_fixed.make_config(prompts_per_batch=4)
+    policy, ref_policy, _, generator = grpo_fixed.setup_run(task, cfg, seed=0)
+    batch, _ = grpo_fixed.rollout(policy, ref_policy, task, cfg, generator)
+    stats = nb05_critic.attach_advantages(batch, "critic", nb05_critic.make_critic(task, cfg.hidden), cfg, lam=1.0)
     mask, r = batch["mask"], batch["rewards"][:, None].expand_as(batch["mask"])
     assert torch.allclose(batch["returns"][mask], r[mask], atol=1e-6)
     scale = (batch["returns"] - batch["values"])[mask].std(unbiased=False) + cfg.adv_eps
@@ -107,8 +110,8 @@ def test_token_loss_equals_grpo_loss_for_constant_rows():
     logp = torch.randn(3, 4, generator=g)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
     adv = torch.tensor([0.7, -1.2, 0.3])
-    token = C.token_grpo_loss(logp, logp - 0.3, adv[:, None].expand(3, 4), mask)
-    assert torch.equal(token, gf.grpo_loss(logp, logp - 0.3, adv, mask))
+    token = nb05_critic.token_grpo_loss(logp, logp - 0.3, adv[:, None].expand(3, 4), mask)
+    assert torch.equal(token, grpo_fixed.grpo_loss(logp, logp - 0.3, adv, mask))
 
 
 # ---- a short critic run ---------------------------------------------------------------------------
@@ -127,7 +130,7 @@ def test_short_critic_run_logs_value_stats_and_trains_the_critic(critic_run):
 
 def test_snapshots_are_copies_taken_before_the_iteration(critic_run):
     _, snapshots = critic_run
-    fresh_policy, _, _, _ = gf.setup_run(gf.EchoTask(), gf.make_config(), seed=0)
+    fresh_policy, _, _, _ = grpo_fixed.setup_run(grpo_fixed.EchoTask(), grpo_fixed.make_config(), seed=0)
     for a, b in zip(snapshots[0][0].parameters(), fresh_policy.parameters(), strict=True):
         assert torch.equal(a, b)  # iteration 0's snapshot is the initial policy
 
@@ -136,23 +139,24 @@ def test_snapshots_are_copies_taken_before_the_iteration(critic_run):
 
 
 def test_count_passes_counts_every_network_and_patches_nothing():
-    forward = gf.TinyPolicy.forward
-    cfg = gf.make_config(**SHORT)
+    forward = grpo_fixed.TinyPolicy.forward
+    cfg = grpo_fixed.make_config(**SHORT)
     N, steps = cfg.prompts_per_batch * cfg.group_size, cfg.inner_epochs * cfg.minibatches
-    group = C.count_passes(baseline="group", **SHORT)
-    critic = C.count_passes(baseline="critic", **SHORT)
-    assert gf.TinyPolicy.forward is forward  # the class is untouched
+    group = nb05_critic.count_passes(baseline="group", **SHORT)
+    critic = nb05_critic.count_passes(baseline="critic", **SHORT)
+    assert grpo_fixed.TinyPolicy.forward is forward  # the class is untouched
     assert group[("reference", "forward")] == (1, N)
     assert group[("policy", "forward+backward")] == (steps, cfg.inner_epochs * N)
     calls, rows = group[("policy", "forward")]
-    assert rows == calls * N and 2 <= calls <= gf.EchoTask.max_completion_length + 1  # generation + old log-probs
+    assert rows == calls * N
+    assert 2 <= calls <= grpo_fixed.EchoTask.max_completion_length + 1  # generation + old log-probs
     assert {k: v for k, v in critic.items() if k not in group} == {
         ("critic", "forward"): (1, N), ("critic", "forward+backward"): (steps, cfg.inner_epochs * N)}
 
 
 def test_count_passes_removes_its_hooks():
     seen = {}
-    original = C.train_with_baseline
+    original = nb05_critic.train_with_baseline
 
     def spy(*args, on_setup=None, **kwargs):
         def keep(networks):
@@ -160,11 +164,11 @@ def test_count_passes_removes_its_hooks():
             on_setup(networks)
         return original(*args, on_setup=keep, **kwargs)
 
-    C.train_with_baseline = spy
+    nb05_critic.train_with_baseline = spy
     try:
-        C.count_passes(baseline="critic", **SHORT)
+        nb05_critic.count_passes(baseline="critic", **SHORT)
     finally:
-        C.train_with_baseline = original
+        nb05_critic.train_with_baseline = original
     assert set(seen) == {"policy", "reference", "critic"}
     assert all(not net._forward_hooks for net in seen.values())
 
@@ -173,12 +177,12 @@ def test_count_passes_removes_its_hooks():
 
 
 def test_all_completions_count_and_exact_probabilities_sum_to_one():
-    task = gf.EchoTask()
-    completions, mask = C.all_completions(task)
+    task = grpo_fixed.EchoTask()
+    completions, mask = nb05_critic.all_completions(task)
     assert completions.shape == (1 + 5 + 25 + 125 + 625, task.max_completion_length)
     assert len({tuple(row.tolist()) for row in completions}) == completions.shape[0]  # all distinct
-    policy, _, _, _ = gf.setup_run(task, gf.make_config(), seed=0)
-    probs, rewards = C.exact_outcomes(policy, task, C.all_prompts(task)[:3], 0.8)
+    policy, _, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)
+    probs, rewards = nb05_critic.exact_outcomes(policy, task, nb05_critic.all_prompts(task)[:3], 0.8)
     assert torch.allclose(probs.sum(1), torch.ones(3), atol=1e-5)
     assert ((rewards >= 0) & (rewards <= 1)).all()
 
@@ -189,8 +193,9 @@ def test_baseline_experiment_on_deterministic_prompts():
     probs = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])  # prompt 0 always 1, prompt 1 always 1, prompt 2 0.5
     value = (probs * rewards).sum(1)  # (n,) = 1, 1, 0.5
     group = lambda r, G, slots: r.unflatten(-1, (-1, G)).mean(-1, keepdim=True).expand(*r.shape[:-1], -1, G).flatten(-2)  # noqa: E731
-    out = C.baseline_experiment(probs, rewards, [2, 4], {"group": group, "none": lambda r, G, s: torch.zeros_like(r)},
-                                no_reset={"no reset": group}, B=4, repeats=50)
+    none = lambda r, G, s: torch.zeros_like(r)  # noqa: E731
+    out = nb05_critic.baseline_experiment(probs, rewards, [2, 4], {"group": group, "none": none},
+                                          no_reset={"no reset": group}, B=4, repeats=50)
     for G in (2, 4):
         assert out[G]["group"]["mse"] < 1e-12 and out[G]["group"]["bias2"] < 1e-12
         assert out[G]["none"]["mse"] == pytest.approx(value.pow(2).mean().item(), rel=0.15)
@@ -199,7 +204,7 @@ def test_baseline_experiment_on_deterministic_prompts():
 
 def test_per_prompt_figure_shows_the_stats():
     value = torch.tensor([0.4, 0.6, 0.8])
-    fig = C.PerPromptFigure(value, value - 0.1, B=16)
+    fig = nb05_critic.PerPromptFigure(value, value - 0.1, B=16)
     stats = dict(mean_b=torch.tensor([0.5, 0.6, 0.7]), std_b=torch.tensor([0.1, 0.0, 0.2]), mse=0.0123, bias2=0.0045)
     fig.update(4, stats, stats)
     points, bars, label = fig.panels["B9"]

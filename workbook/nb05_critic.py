@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 from matplotlib.collections import LineCollection
 
-import grpo_fixed as gf
+import grpo_fixed
 from workbook import plots
 
 BASELINES = ("group", "critic", "none")
@@ -40,9 +40,9 @@ BASELINES = ("group", "critic", "none")
 # The critic
 
 
-def make_critic(task, hidden: int = 64) -> gf.TinyPolicy:
+def make_critic(task, hidden: int = 64) -> grpo_fixed.TinyPolicy:
     """TinyPolicy body (embedding -> GRU) with a scalar head: tokens (N, L) -> values (N, L, 1)."""
-    critic = gf.TinyPolicy(task.vocab_size, hidden)
+    critic = grpo_fixed.TinyPolicy(task.vocab_size, hidden)
     critic.head = nn.Linear(hidden, 1)
     return critic
 
@@ -53,7 +53,7 @@ def state_values(critic, prompts, completions):
     grpo_fixed.completion_logits already returns the output of the position *before* token t,
     which is exactly the state in which token t is chosen.
     """
-    return gf.completion_logits(critic, prompts, completions).squeeze(-1)  # (N, T)
+    return grpo_fixed.completion_logits(critic, prompts, completions).squeeze(-1)  # (N, T)
 
 
 def last_token(mask):
@@ -97,12 +97,12 @@ def token_grpo_loss(logprobs, old_logprobs, token_advantages, mask, clip: float 
     token advantages are all equal. All (N, T) -> scalar.
     """
     flat = lambda x: x.reshape(-1, 1)  # noqa: E731  (N*T, 1)
-    return gf.grpo_loss(flat(logprobs), flat(old_logprobs), token_advantages.reshape(-1), flat(mask), clip)
+    return grpo_fixed.grpo_loss(flat(logprobs), flat(old_logprobs), token_advantages.reshape(-1), flat(mask), clip)
 
 
 def value_loss(values, targets, mask):
     """0.5 * masked_mean((V_phi(s_t) - target_t)^2); values, targets, mask (N, T)."""
-    return 0.5 * gf.masked_mean((values - targets.detach()).pow(2), mask)
+    return 0.5 * grpo_fixed.masked_mean((values - targets.detach()).pow(2), mask)
 
 
 def explained_variance(values, targets, mask):
@@ -159,7 +159,7 @@ def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer
     return records
 
 
-def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapshot_at=(), module=gf,
+def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapshot_at=(), module=grpo_fixed,
                         on_setup=None, **overrides):
     """module.train's loop (default grpo_fixed; a catalog hybrid works too) with the advantage from `baseline`
     ("group", "critic", "none"), without the preflight probes train() runs first.
@@ -270,7 +270,7 @@ def exact_outcomes(policy, task, prompts, temperature):
     x = prompts.repeat_interleave(K, 0)  # (n*K, P)
     o, m = completions.repeat(n, 1), mask.repeat(n, 1)  # (n*K, T)
     policy.eval()
-    logp = gf.policy_logprobs(policy, x, o, temperature)  # (n*K, T)
+    logp = grpo_fixed.policy_logprobs(policy, x, o, temperature)  # (n*K, T)
     seq_logp = torch.where(m, logp, 0.0).sum(1).view(n, K)  # (n, K)
     rewards = task.reward(x, o, m).float().view(n, K)  # (n, K)
     return seq_logp.exp(), rewards

@@ -179,11 +179,6 @@ def trainer(label: str):
     return {"fixed": grpo_fixed, "buggy": grpo_buggy}.get(label) or hybrid(label)
 
 
-def final_reward(history) -> float:
-    """Mean reward of the last 10 iterations (grpo_fixed.summarize_run's final_reward)."""
-    return grpo_fixed.summarize_run(history, 0.0)["final_reward"]
-
-
 def first_failures(history, cfg) -> dict:
     """grpo_fixed.HEALTH_CHECKS that fail at some iteration -> the first iteration each fails."""
     first = {}

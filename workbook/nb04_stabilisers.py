@@ -13,7 +13,6 @@ from torch.func import vmap
 
 import grpo_fixed
 from workbook.catalog import hybrid
-from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
 
 # ----------------------------------------------------------------------------------------------
 # 1. Clipping: the surrogate and its gradient as functions of the ratio
@@ -173,12 +172,6 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
     out["clean_reward"], out["glitches"] = task.clean, task.glitches
     _RUNS[key] = out
     return out
-
-
-def tail_mean(values, n: int = 10):
-    """Mean of the last n values."""
-    tail = list(values)[-n:]
-    return sum(tail) / len(tail)
 
 
 def step_norms(run) -> list[float]:

@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt
 import torch
 
 import grpo_fixed
+import grpo_support
 from workbook.swap import fixed_with
-from workbook.widgets import choice  # noqa: F401  (the notebooks call it from here)
 
 PRECISIONS = {
     "float32": torch.float32,
@@ -38,11 +38,11 @@ the current policy recomputed before the update, no correction (old = pi_current
 plus truncated IS from the sampler to it (decoupled PPO)"""
 
 STATS = {
-    "mismatch_kl": grpo_fixed.Stat(
+    "mismatch_kl": grpo_support.Stat(
         "k3 estimate of KL(pi_sampler || pi_trainer) per sampled token, mean(w - 1 - log w)", 0, 1e-5,
         "0 when the sampler is the trainer; notebook 07's bfloat16 sampler stays below the bound, its float8 "
         "sampler (an exact gradient bias of a few percent) does not"),
-    "ess": grpo_fixed.Stat(
+    "ess": grpo_support.Stat(
         "effective sample size of the per-token weights pi_trainer / pi_sampler as a fraction of the tokens, "
         "(sum w)^2 / (n sum w^2)", 0.9, 1,
         "1 on-policy; about 1 / (1 + chi^2) of the two policies: falls as the data's policy drifts from the "
@@ -77,10 +77,9 @@ class RoundedLogits:
 def rounded_generate(dtype: torch.dtype):
     """A `generate` for swap.fixed_with: the twins' generate, sampling from logits rounded to `dtype`.
     Its sampler_logprobs are the rounded distribution's, as an inference engine would return them."""
-    fixed_generate, wrap = grpo_fixed.generate, RoundedLogits  # closure cells: fixed_with() rebinds the globals
 
     def generate(policy, prompts, task, temperature, generator=None):
-        return fixed_generate(wrap(policy, dtype), prompts, task, temperature, generator)
+        return grpo_fixed.generate(RoundedLogits(policy, dtype), prompts, task, temperature, generator)
 
     return generate
 
@@ -90,42 +89,40 @@ def rounded_generate(dtype: torch.dtype):
 
 
 def update_policy_with(pg_loss):
-    """The twins' update_policy with one line changed: the policy-gradient term is
+    """A factory for swap.fixed_with(wrap={"update_policy": update_policy_with(pg_loss)}): the copy's
+    update_policy with one line changed, the policy-gradient term is
     pg_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip) instead of
     grpo_loss(logprobs, old_logprobs, advantages, mask, clip). Everything else (minibatching, KL to the
-    reference, optimizer step, records) is as in grpo_fixed.update_policy; tests/test_off_policy.py
-    checks that passing plain grpo_loss reproduces it exactly."""
+    reference, optimizer step, records) is as in grpo_fixed.update_policy, with the copy's own functions;
+    tests/test_nb07_off_policy.py checks that passing plain grpo_loss reproduces it exactly."""
 
-    def update_policy(policy, optimizer, batch, cfg, generator):
-        policy.train()
-        records = []
-        for _ in range(cfg.inner_epochs):
-            for idx in torch.randperm(batch["rewards"].shape[0], generator=generator).chunk(cfg.minibatches):
-                mask = batch["mask"][idx]  # (n, T)
-                logprobs = policy_logprobs(policy, batch["prompts"][idx], batch["completions"][idx], cfg.temperature)
-                old_logprobs = batch["old_logprobs"][idx]  # (n, T)
-                adv = batch["advantages"][idx]  # (n,)
-                pg = pg_loss(logprobs, old_logprobs, batch["sampler_logprobs"][idx], adv, mask, cfg.clip)  # changed
-                kl = kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
-                loss = pg + cfg.beta * kl
-                grad_norm = optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
-                records.append(inner_step_record(logprobs, old_logprobs, adv, mask, cfg.clip, kl, loss, grad_norm))
-        return records
+    def factory(m):
+        def update_policy(policy, optimizer, batch, cfg, generator):
+            policy.train()
+            records = []
+            for _ in range(cfg.inner_epochs):
+                for idx in torch.randperm(batch["rewards"].shape[0], generator=generator).chunk(cfg.minibatches):
+                    mask = batch["mask"][idx]  # (n, T)
+                    logprobs = m.policy_logprobs(policy, batch["prompts"][idx], batch["completions"][idx],
+                                                 cfg.temperature)  # (n, T)
+                    old_logprobs = batch["old_logprobs"][idx]  # (n, T)
+                    adv = batch["advantages"][idx]  # (n,)
+                    pg = pg_loss(logprobs, old_logprobs, batch["sampler_logprobs"][idx], adv, mask, cfg.clip)  # changed
+                    kl = m.kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
+                    loss = pg + cfg.beta * kl
+                    grad_norm = m.optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
+                    records.append(m.inner_step_record(logprobs, old_logprobs, adv, mask, cfg.clip, kl, loss,
+                                                       grad_norm))
+            return records
 
-    return update_policy
+        return update_policy
+
+    return factory
 
 
 def plain_grpo_loss(logprobs, old_logprobs, sampler_logprobs, advantages, mask, clip):
     """The twins' grpo_loss, ignoring the sampler log-probs (no correction)."""
     return grpo_fixed.grpo_loss(logprobs, old_logprobs, advantages, mask, clip)
-
-
-# names the copied update_policy resolves in the swapped module (rebinding replaces its globals); these
-# module-level aliases only let ruff and a direct call see them
-policy_logprobs = grpo_fixed.policy_logprobs
-kl_to_reference = grpo_fixed.kl_to_reference
-optimizer_step = grpo_fixed.optimizer_step
-inner_step_record = grpo_fixed.inner_step_record
 
 
 def log_weights(batch) -> torch.Tensor:
@@ -155,17 +152,20 @@ def run_mismatch(precision: str, tis=None, cap: float = math.inf, seed: int = 0)
     -> dict(history, log_w, policy): stats per iteration, per iteration the log weights (n_tokens,), and
     the trained policy (float32)."""
     out = dict(log_w=[])
+
+    def recording(m):
+        base = m.rollout  # the copy's own rollout, which the recording one calls
+
+        def rollout(policy, ref_policy, task, cfg, generator):
+            batch, stats = base(policy, ref_policy, task, cfg, generator)
+            out["log_w"].append(log_weights(batch))
+            out["policy"] = policy  # trained in place: after train() it is the final policy
+            return batch, stats
+
+        return rollout
+
     m = fixed_with(f"mismatch_{precision}", generate=rounded_generate(PRECISIONS[precision]),
-                update_policy=update_policy_with(_tis_term(tis, cap)))
-    fixed_rollout = m.rollout
-
-    def rollout(policy, ref_policy, task, cfg, generator):
-        batch, stats = fixed_rollout(policy, ref_policy, task, cfg, generator)
-        out["log_w"].append(log_weights(batch))
-        out["policy"] = policy  # trained in place: after train() it is the final policy
-        return batch, stats
-
-    m.rollout = rollout
+                   wrap={"update_policy": update_policy_with(_tis_term(tis, cap)), "rollout": recording})
     out["history"] = m.train(seed=seed, **SHORT)
     return out
 
@@ -203,21 +203,10 @@ def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 
     if (anchor == "current + TIS") != (tis is not None):
         raise ValueError("pass tis exactly when anchor is 'current + TIS'")
     out = dict(log_w=[])
-    m = fixed_with(f"stale_{k}", update_policy=update_policy_with(_tis_term(tis, cap)))
-    m.rollout = stale_rollout(k, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, out["log_w"])
+    stale = lambda m: stale_rollout(k, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, out["log_w"])  # noqa: E731
+    m = fixed_with(f"stale_{k}", wrap={"update_policy": update_policy_with(_tis_term(tis, cap)), "rollout": stale})
     out["history"] = m.train(seed=seed, **SHORT)
     return out
-
-
-def tail_mean(values, n: int = 10) -> float:
-    """Mean of the last n values (the 'final reward' of a run, as summarize_run defines it)."""
-    tail = list(values)[-n:]
-    return sum(tail) / len(tail)
-
-
-def final_reward(run) -> float:
-    """Mean reward of a run's last 10 iterations, by the twins' own summary."""
-    return grpo_fixed.summarize_run(run["history"], 0.0)["final_reward"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,11 +285,6 @@ def exact_gradients(policy, task, dtype, temperature, weightings: dict):
     return grads
 
 
-def relative_error(g, g_true) -> float:
-    """|g - g_true| / |g_true| (L2 over all parameters)."""
-    return ((g - g_true).norm() / g_true.norm()).item()
-
-
 def sampler_batch(policy, precision: str, seed: int = 0, prompts_per_batch: int = 64):
     """One rollout batch of the twins' rollout from `policy`, sampled with logits rounded to
     PRECISIONS[precision]; old_logprobs are the float32 trainer's. -> (batch, stats)"""
@@ -311,23 +295,6 @@ def sampler_batch(policy, precision: str, seed: int = 0, prompts_per_batch: int 
 
 # ----------------------------------------------------------------------------------------------
 # Figures and controls
-
-
-
-
-
-def curves_by(ax, runs: dict, key: str, colors: dict | None = None, smooth: int = 1, ylabel: str | None = None):
-    """One line per labelled run of stats[key] per iteration (moving average over `smooth`)."""
-    lines = {}
-    for label, run in runs.items():
-        ys = [s[key] for s in run["history"]]
-        if smooth > 1:
-            ys = [sum(ys[max(0, i - smooth + 1): i + 1]) / len(ys[max(0, i - smooth + 1): i + 1])
-                  for i in range(len(ys))]
-        (lines[label],) = ax.plot(ys, label=label, color=(colors or {}).get(label))
-    ax.set(xlabel="iteration", ylabel=ylabel or key)
-    ax.legend(fontsize="small")
-    return lines
 
 
 def new_figure(ncols: int = 2, figsize=(9.0, 3.2)):

@@ -1,4 +1,4 @@
-"""workbook/variants.py, the machinery of notebook 06: variants are built on fresh grpo_fixed copies
+"""workbook/nb06_variants.py, the machinery of notebook 06: variants are built on fresh grpo_fixed copies
 (the twin itself is never touched), train() in the copy calls the replacement or the wrapper, runs are
 recorded per iteration and cached by everything they depend on, and the small helpers do what their
 docstrings say."""
@@ -12,8 +12,10 @@ import pytest
 import torch
 
 import grpo_fixed
-from workbook import variants
+from workbook import nb06_variants
+from workbook.swap import fixed_with
 from workbook.tasks import RambleTask
+from workbook.widgets import choice
 
 TINY = dict(steps=2, prompts_per_batch=2, group_size=2, minibatches=1, inner_epochs=1)
 
@@ -21,7 +23,7 @@ TINY = dict(steps=2, prompts_per_batch=2, group_size=2, minibatches=1, inner_epo
 @pytest.fixture(autouse=True)
 def quiet_and_fresh_cache(monkeypatch):
     """Each test starts with an empty run cache; health-check warnings of odd variants are not the point."""
-    monkeypatch.setattr(variants, "_RUNS", {})
+    monkeypatch.setattr(nb06_variants, "_RUNS", {})
     logging.getLogger("grpo").setLevel(logging.ERROR)
 
 
@@ -37,19 +39,19 @@ def counting_loss(counter):
     return grpo_loss
 
 
-# ---- build ----------------------------------------------------------------------------------------
+# ---- a variant is swap.fixed_with, with wrap= ----------------------------------------------------------
 
 
-def test_build_replaces_a_function_in_a_fresh_copy_and_train_calls_it():
+def test_a_variant_replaces_a_function_in_a_fresh_copy_and_train_calls_it():
     calls = []
-    module = variants.build("test_counting", grpo_loss=counting_loss(calls))
+    module = fixed_with("test_counting", grpo_loss=counting_loss(calls))
     assert module is not grpo_fixed and module.__name__ == "grpo_fixed_test_counting"
     assert grpo_fixed.grpo_loss.__code__ is not module.grpo_loss.__code__  # the twin keeps its own
     module.train(**TINY)
     assert len(calls) >= TINY["steps"]  # preflight probes it too; every inner step calls it
 
 
-def test_build_wraps_the_copys_own_function():
+def test_a_variant_wraps_the_copys_own_function():
     seen = []
 
     def factory(module):
@@ -59,18 +61,18 @@ def test_build_wraps_the_copys_own_function():
             return base(rewards, group_size, eps)
         return batch_advantages
 
-    module = variants.build("test_wrap", wrap={"batch_advantages": factory})
+    module = fixed_with("test_wrap", wrap={"batch_advantages": factory})
     history = module.train(**TINY)
     assert seen == [TINY["prompts_per_batch"] * TINY["group_size"]] * TINY["steps"]
     assert len(history) == TINY["steps"]
     assert grpo_fixed.batch_advantages is not module.batch_advantages
 
 
-def test_build_rejects_unknown_sites():
+def test_a_variant_rejects_unknown_sites():
     with pytest.raises(ValueError, match="no function"):
-        variants.build("test_bad", wrap={"no_such_function": lambda m: None})
+        fixed_with("test_bad", wrap={"no_such_function": lambda m: None})
     with pytest.raises(ValueError, match="no function"):
-        variants.build("test_bad2", no_such_function=lambda: None)
+        fixed_with("test_bad2", no_such_function=lambda: None)
 
 
 # ---- lengths and truncation -------------------------------------------------------------------------
@@ -79,8 +81,8 @@ def test_build_rejects_unknown_sites():
 def test_completion_lengths_and_truncation():
     eos = 0
     completions = torch.tensor([[3, 1, eos, eos], [eos, eos, eos, eos], [2, 2, 2, eos], [4, 4, 4, 4]])
-    assert variants.completion_lengths(completions, eos).tolist() == [3, 1, 4, 4]
-    assert variants.truncated(completions, eos).tolist() == [False, False, False, True]
+    assert nb06_variants.completion_lengths(completions, eos).tolist() == [3, 1, 4, 4]
+    assert nb06_variants.truncated(completions, eos).tolist() == [False, False, False, True]
 
 
 def test_lengths_agree_with_the_generator_mask():
@@ -90,7 +92,7 @@ def test_lengths_agree_with_the_generator_mask():
     policy = grpo_fixed.TinyPolicy(task.vocab_size)
     prompts = task.prompts(64, g)
     completions, mask, _, _ = grpo_fixed.generate(policy, prompts, task, 1.0, g)
-    assert torch.equal(variants.completion_lengths(completions, task.eos_id), mask.sum(dim=1))
+    assert torch.equal(nb06_variants.completion_lengths(completions, task.eos_id), mask.sum(dim=1))
 
 
 # ---- train_variant: recording and caching -------------------------------------------------------------
@@ -103,7 +105,7 @@ def test_run_records_one_sample_set_and_one_probe_per_iteration():
         probed.append(module.__name__)
         return {"n": batch["rewards"].shape[0]}
 
-    run = variants.train_variant("test_record", RambleTask(), probe=probe, **TINY)
+    run = nb06_variants.train_variant("test_record", RambleTask(), probe=probe, **TINY)
     n = TINY["prompts_per_batch"] * TINY["group_size"]
     assert len(run.history) == len(run.samples) == len(run.probes) == TINY["steps"]
     assert run.probe("n") == [n] * TINY["steps"] and set(probed) == {"grpo_fixed_test_record"}
@@ -114,61 +116,61 @@ def test_run_records_one_sample_set_and_one_probe_per_iteration():
 
 
 def test_sample_mean_filters_and_gives_nan_when_nothing_is_selected():
-    run = variants.Run(history=[], samples=[dict(reward=torch.tensor([0.0, 1.0, 0.0]), length=torch.tensor([5, 2, 7])),
-                                            dict(reward=torch.tensor([1.0, 1.0]), length=torch.tensor([3, 4]))])
+    run = nb06_variants.Run(history=[],
+                            samples=[dict(reward=torch.tensor([0.0, 1.0, 0.0]), length=torch.tensor([5, 2, 7])),
+                                     dict(reward=torch.tensor([1.0, 1.0]), length=torch.tensor([3, 4]))])
     assert run.sample_mean("length") == pytest.approx([14 / 3, 3.5])
     wrong = run.sample_mean("length", lambda s: s["reward"] == 0)
     assert wrong[0] == 6.0 and math.isnan(wrong[1])
 
 
 def test_same_inputs_return_the_cached_run_without_training(monkeypatch):
-    first = variants.train_variant("test_cache", **TINY)
-    monkeypatch.setattr(variants, "build", lambda *a, **k: pytest.fail("a cached run was rebuilt"))
-    assert variants.train_variant("test_cache", **TINY) is first
-    assert variants.cached_runs() == 1
+    first = nb06_variants.train_variant("test_cache", **TINY)
+    monkeypatch.setattr(nb06_variants, "fixed_with", lambda *a, **k: pytest.fail("a cached run was rebuilt"))
+    assert nb06_variants.train_variant("test_cache", **TINY) is first
+    assert nb06_variants.cached_runs() == 1
 
 
 @pytest.mark.parametrize("change", [dict(seed=1), dict(label="test_cache_other"), dict(lr=1e-3),
                                     dict(task=RambleTask())])
 def test_any_input_change_is_a_different_run(change):
     base = dict(label="test_cache", task=None, seed=0) | TINY
-    first = variants.train_variant(**base)
-    second = variants.train_variant(**(base | change))
-    assert second is not first and variants.cached_runs() == 2
+    first = nb06_variants.train_variant(**base)
+    second = nb06_variants.train_variant(**(base | change))
+    assert second is not first and nb06_variants.cached_runs() == 2
 
 
 def test_edited_function_under_the_same_label_is_not_served_from_cache():
     """Re-running an edited notebook cell makes a new code object: the cache must not return the old run."""
-    a = variants.train_variant("test_edit", functions={"grpo_loss": counting_loss([])}, **TINY)
-    b = variants.train_variant("test_edit", functions={"grpo_loss": counting_loss([])}, **TINY)
+    a = nb06_variants.train_variant("test_edit", functions={"grpo_loss": counting_loss([])}, **TINY)
+    b = nb06_variants.train_variant("test_edit", functions={"grpo_loss": counting_loss([])}, **TINY)
     assert b is a  # same code (a factory's inner function), same label: the same variant
 
-    twin_loss = grpo_fixed.grpo_loss  # closed over: a replacement runs with its copy's globals
-
     def grpo_loss(logprobs, old_logprobs, advantages, mask, clip=0.2):  # different code, same label
-        return twin_loss(logprobs, old_logprobs, advantages, mask, clip)
+        return grpo_fixed.grpo_loss(logprobs, old_logprobs, advantages, mask, clip)
 
-    c = variants.train_variant("test_edit", functions={"grpo_loss": grpo_loss}, **TINY)
-    assert c is not a and variants.cached_runs() == 2
+    c = nb06_variants.train_variant("test_edit", functions={"grpo_loss": grpo_loss}, **TINY)
+    assert c is not a and nb06_variants.cached_runs() == 2
 
 
 def test_replaced_twin_function_gives_the_twins_run():
     """A replacement that computes the same thing reproduces the twin's training run exactly."""
-    twin = variants.train_variant("test_twin", **TINY)
+    twin = nb06_variants.train_variant("test_twin", **TINY)
 
     twin_loss = grpo_fixed.grpo_loss
 
     def grpo_loss(logprobs, old_logprobs, advantages, mask, clip=0.2):
         return twin_loss(logprobs, old_logprobs, advantages, mask, clip)
 
-    same = variants.train_variant("test_same", functions={"grpo_loss": grpo_loss}, **TINY)
+    same = nb06_variants.train_variant("test_same", functions={"grpo_loss": grpo_loss}, **TINY)
     assert [s["loss"] for s in same.history] == [s["loss"] for s in twin.history]
 
 
 def test_log_ratio_spread_is_zero_without_an_update_and_positive_with_one():
-    still = variants.train_variant("test_spread", RambleTask(), probe=variants.log_ratio_spread, lr=0.0, **TINY)
+    still = nb06_variants.train_variant("test_spread", RambleTask(), probe=nb06_variants.log_ratio_spread, lr=0.0,
+                                        **TINY)
     assert all(p["token_std"] == 0 and p["seq_std"] == 0 and p["token_out"] == 0 for p in still.probes)
-    moving = variants.train_variant("test_spread", RambleTask(), probe=variants.log_ratio_spread,
+    moving = nb06_variants.train_variant("test_spread", RambleTask(), probe=nb06_variants.log_ratio_spread,
                                     **(TINY | dict(prompts_per_batch=4, group_size=4, lr=0.05)))
     assert any(p["token_std"] > 0 and p["seq_std"] > 0 for p in moving.probes)
 
@@ -176,15 +178,7 @@ def test_log_ratio_spread_is_zero_without_an_update_and_positive_with_one():
 # ---- small helpers --------------------------------------------------------------------------------------
 
 
-def test_smooth_and_tail_mean():
-    assert variants.smooth([1.0, 3.0, 5.0, 7.0], n=2) == [1.0, 2.0, 4.0, 6.0]
-    smoothed = variants.smooth([math.nan, 2.0, math.nan], n=2)
-    assert math.isnan(smoothed[0]) and smoothed[1:] == [2.0, 2.0]
-    assert variants.tail_mean([0.0, 10.0, 20.0, math.nan], n=3) == 15.0
-    assert math.isnan(variants.tail_mean([math.nan], n=3))
-
-
 def test_choice_is_a_release_only_selection_slider():
-    w = variants.choice([0.2, 0.28, 0.4], 0.28, "eps_high")
+    w = choice([0.2, 0.28, 0.4], 0.28, "eps_high")
     assert list(w.options) == [0.2, 0.28, 0.4] and w.value == 0.28 and w.continuous_update is False
     assert w.description == "eps_high"

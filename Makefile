@@ -48,25 +48,26 @@ test-browser: venv
 notebooks: venv
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=60 notebooks/*.ipynb
 
-# Practice (workbook/practice.py): grade and hint default to the newest round. The grader's own exit
-# code (0 all fixed, 1 not yet, 2 cannot grade) is that of `$(PY) -m workbook.practice grade FILE`.
+# Practice (the interview package; `$(PY) -m interview --help`): grade and hint default to the newest round.
+# The grader's own exit code (0 all fixed, 1 not yet, 2 cannot grade) is that of `$(PY) -m interview grade FILE`.
 mock: venv
-	@$(PY) -m workbook.practice mock $(if $(ROUND),--round $(ROUND)) $(if $(BUGS),--bugs $(BUGS)) \
+	@$(PY) -m interview mock $(if $(ROUND),--round $(ROUND)) $(if $(BUGS),--bugs $(BUGS)) \
 		$(if $(filter-out 0,$(HARD)),--hard)
 
 grade: venv
-	@$(PY) -m workbook.practice grade $(FILE)
+	@$(PY) -m interview grade $(FILE)
 
 hint: venv
-	@$(PY) -m workbook.practice hint $(FILE) $(if $(LEVEL),--level $(LEVEL))
+	@$(PY) -m interview hint $(FILE) $(if $(LEVEL),--level $(LEVEL))
 
-# From scratch (workbook/scratch.py): `make grade FILE=practice/scratch_N.py` grades it sentence by sentence.
+# From scratch (interview/scratch.py): `make grade FILE=practice/scratch_N.py` grades it sentence by sentence
+# of the spec (SPEC.md).
 scratch: venv
-	@$(PY) -m workbook.scratch new $(if $(FUNCS),--funcs "$(FUNCS)")
+	@$(PY) -m interview scratch $(if $(FUNCS),--funcs "$(FUNCS)")
 
-# The discussion drill (workbook/drill.py, bank in workbook/questions.toml; scores in practice/drill_scores.json).
+# The discussion drill (interview/drill.py, bank in interview/questions.toml; scores in practice/drill_scores.json).
 drill: venv
-	@$(PY) -m workbook.drill $(if $(filter-out 0,$(REPORT)),--report)
+	@$(PY) -m interview drill $(if $(filter-out 0,$(REPORT)),--report)
 
 bench: venv
 	$(PY) bench/run.py

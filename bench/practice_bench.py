@@ -1,4 +1,4 @@
-"""Wall time of `make grade` (python -m workbook.practice grade FILE) on a mock round and on the whole catalog.
+"""Wall time of `make grade` (python -m interview grade FILE) on a mock round and on the whole catalog.
 
   .venv/bin/python bench/practice_bench.py [--runs 3]
 
@@ -27,23 +27,23 @@ BUDGETS = {"round (3 bugs)": 10.0, "whole catalog (grpo_buggy.py)": 20.0}
 
 def grade_seconds(path: Path) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (the grader and its forked process; on a quiet machine the wall time is
-    about this, since grading uses one core) and exit code of one `python -m workbook.practice grade path`."""
+    about this, since grading uses one core) and exit code of one `python -m interview grade path`."""
     cpu = lambda: (lambda r: r.ru_utime + r.ru_stime)(resource.getrusage(resource.RUSAGE_CHILDREN))  # noqa: E731
     start, cpu_start = time.perf_counter(), cpu()
-    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "grade", str(path)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "interview", "grade", str(path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     return time.perf_counter() - start, cpu() - cpu_start, proc.returncode
 
 
 def bench_practice(runs: int = 3, progress=print) -> dict:
     """{case: dict(wall_s=[...], wall_median_s, budget_s, exit_codes, loadavg)} for a round and the catalog."""
-    from workbook import practice
+    from interview import rounds, splice
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         round_file = Path(tmp) / "round_1.py"
-        round_file.write_text(practice.round_source(1, practice.DEFAULT_BUGS, dt.datetime.now(dt.UTC)))
-        for case, path in (("round (3 bugs)", round_file), ("whole catalog (grpo_buggy.py)", practice.HANDOUT)):
+        round_file.write_text(rounds.round_source(1, rounds.DEFAULT_BUGS, dt.datetime.now(dt.UTC)))
+        for case, path in (("round (3 bugs)", round_file), ("whole catalog (grpo_buggy.py)", splice.HANDOUT)):
             load_start = os.getloadavg()[0]
             walls, cpus, codes = zip(*(grade_seconds(path) for _ in range(runs)), strict=True)
             results[case] = dict(wall_s=list(walls), wall_median_s=statistics.median(walls), budget_s=BUDGETS[case],

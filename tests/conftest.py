@@ -30,6 +30,10 @@ settings.register_profile(
 settings.load_profile("workbook")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "spec(*keys): the SPEC.md sentences a test checks (interview/spec.py)")
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--impl",

@@ -1,4 +1,4 @@
-"""The discussion drill (workbook/drill.py, bank workbook/questions.toml).
+"""The discussion drill (interview/drill.py, bank interview/questions.toml; its command line is interview/cli.py).
 
   - the bank: at least 30 questions over the issue's topics, each with a model answer, and every cited
     section exists as a `## K.` heading of notebooks/py/NN_*.py (06 and 07 included: those tests fail
@@ -19,7 +19,7 @@ from collections import Counter
 
 import pytest
 
-from workbook import drill
+from interview import cli, drill
 
 BANK = drill.load_bank()
 ISSUE_TOPICS = {"ratio clipping", "advantage normalisation", "on/off-policy", "KL vs clipping",
@@ -178,7 +178,7 @@ def test_a_corrupt_scores_file_is_one_clear_line(tmp_path, capsys):
     path.write_text("{not json")
     with pytest.raises(drill.DrillError, match="not a drill scores file"):
         drill.ScoreStore(path)
-    assert drill.main(["--scores", str(path), "--report"]) == 2
+    assert cli.main(["drill", "--scores", str(path), "--report"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "not a drill scores file" in err[0]
 
@@ -264,7 +264,7 @@ def test_report_per_topic(tmp_path):
     store.record(clipping[0].id, 2)
     store.record(clipping[1].id, 1)
     out = io.StringIO()
-    assert drill.main(["--report", "--scores", str(path)], stdout=out) == 0
+    assert cli.main(["drill", "--report", "--scores", str(path)], stdout=out) == 0
     lines = out.getvalue().splitlines()
     row = next(line for line in lines if line.startswith("ratio clipping"))
     n = len(clipping)
@@ -277,7 +277,7 @@ def test_report_per_topic(tmp_path):
 def test_main_runs_the_drill_on_given_streams(tmp_path):
     path = tmp_path / "scores.json"
     out = io.StringIO()
-    assert drill.main(["--seed", "1", "--scores", str(path)], stdin=io.StringIO("\n2\nq\n"), stdout=out) == 0
+    assert cli.main(["drill", "--seed", "1", "--scores", str(path)], stdin=io.StringIO("\n2\nq\n"), stdout=out) == 0
     assert sum(len(drill.ScoreStore(path).history(q.id)) for q in BANK) == 1
 
 

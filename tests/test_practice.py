@@ -1,8 +1,8 @@
-"""Practice mode (workbook/practice.py): mock rounds, the grader, levelled hints.
+"""Mock rounds and their grader (interview/: rounds, grading, verdicts, hints, cli): the draw, the grader, hints.
 
 The round files are checked at source level (which functions are buggy, which fixed, nothing else of
 grpo_fixed, nothing that names the draw); the grader is run as users run it, `python -m
-workbook.practice grade --json FILE...` in a subprocess (several files share one grading process).
+interview grade --json FILE...` in a subprocess (several files share one grading process).
 The slow tests grade every round 0..19 with 3 bugs and one with all of them, unmodified and with the
 fixed twin's functions spliced in.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import datetime as dt
 import json
+import random
 import re
 import subprocess
 import sys
@@ -20,20 +21,22 @@ from pathlib import Path
 
 import pytest
 
-from workbook import catalog, practice
+import grpo_support
+from interview import cli, grading, hints, rounds, sandbox, spec, splice, verdicts
+from workbook import catalog
 
-ROOT = practice.ROOT
+ROOT = rounds.ROOT
 WHEN = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.UTC)
 ROUNDS = [(n, 3) for n in range(20)] + [(20, len(catalog.BUG_IDS))]
 BUG_TOKEN = re.compile(r"\bB\d{1,2}\b")
 
 
 def handout() -> str:
-    return practice.HANDOUT.read_text()
+    return splice.HANDOUT.read_text()
 
 
 def fixed() -> str:
-    return practice.FIXED.read_text()
+    return splice.FIXED.read_text()
 
 
 def functions(text: str) -> dict[str, str]:
@@ -42,7 +45,7 @@ def functions(text: str) -> dict[str, str]:
 
 
 def load(text: str, name: str) -> types.ModuleType:
-    return practice.load_module(name, text, f"<{name}>")
+    return sandbox.load_module(name, text, f"<{name}>")
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -53,7 +56,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def grade(*paths, timeout=600) -> tuple[list[dict], int]:
     """Run the grader's command line on `paths`: (one JSON result per file, exit code)."""
-    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "grade", "--json", *map(str, paths)],
+    proc = subprocess.run([sys.executable, "-m", "interview", "grade", "--json", *map(str, paths)],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == len(paths), proc.stdout + proc.stderr
@@ -71,23 +74,23 @@ def replace_once(text: str, old: str, new: str) -> str:
 
 def test_draw_is_seeded_sized_and_covers_the_catalog():
     for n, k in ROUNDS:
-        drawn = practice.draw(n, k)
-        assert drawn == practice.draw(n, k) and len(drawn) == k == len(set(drawn))
+        drawn = rounds.draw(n, k)
+        assert drawn == rounds.draw(n, k) and len(drawn) == k == len(set(drawn))
         assert set(drawn) <= set(catalog.BUG_IDS)
-    assert practice.draw(20, len(catalog.BUG_IDS)) == catalog.BUG_IDS
-    seen = set().union(*(practice.draw(n, 3) for n in range(20)))
+    assert rounds.draw(20, len(catalog.BUG_IDS)) == catalog.BUG_IDS
+    seen = set().union(*(rounds.draw(n, 3) for n in range(20)))
     assert seen == set(catalog.BUG_IDS), "20 rounds of 3 should exercise every bug"
-    assert len({tuple(practice.draw(n, 3)) for n in range(20)}) > 10
+    assert len({tuple(rounds.draw(n, 3)) for n in range(20)}) > 10
 
 
 @pytest.mark.parametrize("n, k", ROUNDS)
 def test_round_keeps_exactly_the_drawn_bugs_and_nothing_of_the_fix(n, k):
-    text = practice.round_source(n, k, WHEN)
+    text = rounds.round_source(n, k, WHEN)
     header, body = text.split("\n", 1)
-    assert practice.parse_header(text) == practice.Round(n, k, WHEN)
-    assert header == practice.Round(n, k, WHEN).header()
+    assert rounds.parse_header(text) == rounds.Round(n, k, WHEN)
+    assert header == rounds.Round(n, k, WHEN).header()
     mine, buggy, good = functions(text), functions(handout()), functions(fixed())
-    drawn = set(practice.draw(n, k))
+    drawn = set(rounds.draw(n, k))
     for b in catalog.BUGS:
         expected = buggy if b.id in drawn else good
         assert mine[b.function] == expected[b.function], f"round {n}: {b.function} should be the {b.id in drawn}"
@@ -100,29 +103,29 @@ def test_round_keeps_exactly_the_drawn_bugs_and_nothing_of_the_fix(n, k):
     assert BUG_TOKEN.findall(text) == BUG_TOKEN.findall(handout()), "no bug id beyond the hand-out's"
 
 
-def test_round_imports_only_torch_and_the_standard_library():
-    tree = ast.parse(practice.round_source(0, 1, WHEN))
+def test_round_imports_only_torch_the_standard_library_and_the_twins_support():
+    tree = ast.parse(rounds.round_source(0, 1, WHEN))
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
-    assert roots - {"__future__", "torch"} <= set(sys.stdlib_module_names), roots
+    assert roots - {"__future__", "torch", "grpo_support"} <= set(sys.stdlib_module_names), roots
 
 
 @pytest.mark.parametrize("n, k", ROUNDS)
 def test_round_trains_two_iterations(n, k):
-    module = load(practice.round_source(n, k, WHEN), f"round_trains_{n}")
+    module = load(rounds.round_source(n, k, WHEN), f"round_trains_{n}")
     history = module.train(seed=0, steps=2)
     assert len(history) == 2 and "reward" in history[-1]
 
 
 def test_round_runs_as_a_script(tmp_path):
-    path = write(tmp_path, "round_3.py", practice.round_source(3, 3, WHEN))
+    path = write(tmp_path, "round_3.py", rounds.round_source(3, 3, WHEN))
     proc = subprocess.run([sys.executable, str(path), "--steps", "2"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "reward" in proc.stdout
 
 
 def test_hard_keeps_only_first_docstring_lines():
-    easy, hard = practice.round_source(5, 3, WHEN), practice.round_source(5, 3, WHEN, hard=True)
+    easy, hard = rounds.round_source(5, 3, WHEN), rounds.round_source(5, 3, WHEN, hard=True)
     strip = lambda text: [  # noqa: E731 - every node's code with its docstring removed
         ast.dump(n) for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
     ]
@@ -144,21 +147,21 @@ def test_strip_fix_comments():
             '    # FIX B2: a whole line\n'
             's = "# FIX inside a string"\n'
             'y = 2  # a comment that stays\n')
-    assert practice.strip_fix_comments(text) == 'x = 1\ns = "# FIX inside a string"\ny = 2  # a comment that stays\n'
+    assert splice.strip_fix_comments(text) == 'x = 1\ns = "# FIX inside a string"\ny = 2  # a comment that stays\n'
 
 
 def test_splice_brings_the_donors_helpers_only_when_missing():
     target = "import math\n\n\ndef f(x):\n    return x\n\n\ndef g():\n    return 1\n"
     donor = ('import math\n\nSCALE = 2\n"""how much"""\n\n\ndef _helper(x):\n    return SCALE * x\n\n\n'
              'def unrelated():\n    pass\n\n\ndef f(x):\n    return _helper(math.floor(x))  # FIX B9: why\n')
-    out = practice.splice(target, donor, ["f"])
+    out = splice.splice(target, donor, ["f"])
     namespace = {}
     exec(compile(out, "<spliced>", "exec"), namespace)
     assert namespace["f"](3.7) == 6 and namespace["g"]() == 1
     assert "unrelated" not in out and "FIX" not in out and out.count("import math") == 1
     assert '"""how much"""' in out
     with pytest.raises(ValueError):
-        practice.splice(target, donor, ["nope"])
+        splice.splice(target, donor, ["nope"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -166,37 +169,60 @@ def test_splice_brings_the_donors_helpers_only_when_missing():
 
 
 def test_mock_writes_the_next_round_and_never_overwrites(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(practice, "PRACTICE", tmp_path / "practice")
-    first = practice.mock(None, "3", hard=False, now=WHEN)
-    second = practice.mock(None, "all", hard=True, now=WHEN)
+    monkeypatch.setattr(rounds, "PRACTICE", tmp_path / "practice")
+    first = rounds.mock(None, "3", hard=False, now=WHEN)
+    second = rounds.mock(None, "all", hard=True, now=WHEN)
     assert (first.name, second.name) == ("round_1.py", "round_2.py")
     out = capsys.readouterr().out
     assert "make grade" in out and "make hint" in out and "45 minutes" in out
-    assert practice.parse_header(second.read_text()).bugs == len(catalog.BUG_IDS)
+    assert rounds.parse_header(second.read_text()).bugs == len(catalog.BUG_IDS)
     before = first.read_text()
-    with pytest.raises(practice.CannotGrade, match="exists already"):
-        practice.mock(1, "2", hard=False)
+    with pytest.raises(sandbox.CannotGrade, match="exists already"):
+        rounds.mock(1, "2", hard=False)
     assert first.read_text() == before
     for bad in ("0", "12", "three", "-1"):
-        with pytest.raises(practice.CannotGrade, match="BUGS"):
-            practice.mock(7, bad, hard=False)
+        with pytest.raises(sandbox.CannotGrade, match="BUGS"):
+            rounds.mock(7, bad, hard=False)
     assert sorted(p.name for p in (tmp_path / "practice").iterdir()) == ["round_1.py", "round_2.py"]
-    assert practice.default_file() == second  # grade and hint default to the newest round
+    assert rounds.newest_round() == second  # grade and hint default to the newest round
 
 
 def test_default_file_without_rounds(tmp_path, monkeypatch):
-    monkeypatch.setattr(practice, "PRACTICE", tmp_path / "none")
-    with pytest.raises(practice.CannotGrade, match="make mock"):
-        practice.make_job(None)
+    monkeypatch.setattr(rounds, "PRACTICE", tmp_path / "none")
+    with pytest.raises(sandbox.CannotGrade, match="make mock"):
+        grading.make_job(None)
 
 
 def test_header_and_clock():
-    info = practice.Round(7, 1, WHEN)
-    assert info.header() == "# GRPO practice round 7: 1 bug, drawn 2026-11-30 12:00:00 UTC."
-    assert practice.parse_header(info.header() + "\nx = 1\n") == info
-    assert practice.parse_header("# GRPO practice round 7: 12 bugs, drawn 2026-11-30 12:00:00 UTC.") is None
-    assert practice.parse_header('"""not a round"""') is None
-    assert practice.clock(info, WHEN + dt.timedelta(minutes=46, seconds=5)) == "46:05"
+    info = rounds.Round(7, 1, WHEN)
+    assert info.header() == "# GRPO practice round 7: 1 bug of 11, drawn 2026-11-30 12:00:00 UTC."
+    assert rounds.parse_header(info.header() + "\nx = 1\n") == info
+    assert rounds.parse_header("# GRPO practice round 7: 12 bugs, drawn 2026-11-30 12:00:00 UTC.") is None
+    assert rounds.parse_header("# GRPO practice round 7: 3 bugs of 12, drawn 2026-11-30 12:00:00 UTC.") is None
+    assert rounds.parse_header('"""not a round"""') is None
+    assert rounds.clock(info, WHEN + dt.timedelta(minutes=46, seconds=5)) == "46:05"
+
+
+def test_a_header_without_the_catalog_size_means_eleven_bugs():
+    legacy = "# GRPO practice round 7: 3 bugs, drawn 2026-11-30 12:00:00 UTC.\nx = 1\n"
+    assert rounds.parse_header(legacy) == rounds.Round(7, 3, WHEN, 11)
+    assert rounds.parse_header(legacy).drawn == rounds.draw(7, 3, 11)
+
+
+def test_adding_a_bug_to_the_catalog_regrades_no_old_round(monkeypatch):
+    """Rounds 1-200 drawn from the 11-bug catalog keep their draw once a 12th bug is catalogued: the draw uses
+    only the prefix of the catalog the header records (and without the prefix, many of them would move)."""
+    before = {n: rounds.draw(n, 3) for n in range(1, 201)}
+    headers = {n: rounds.Round(n, 3, WHEN).header() for n in range(1, 201)}
+    assert all(f"3 bugs of {len(catalog.BUG_IDS)}," in h for h in headers.values())
+    extended = [*catalog.BUG_IDS, "B99"]
+    monkeypatch.setattr(catalog, "BUG_IDS", extended)
+    for n in range(1, 201):
+        assert rounds.parse_header(headers[n]).drawn == before[n], n
+    moved = [n for n in range(1, 201) if sorted(random.Random(n).sample(extended, 3)) != sorted(before[n])]
+    assert len(moved) > 20, "the test would not notice a draw over the whole catalog"
+    assert rounds.Round(1, 3, WHEN).header().startswith("# GRPO practice round 1: 3 bugs of 12,")
+    assert rounds.parse_header(rounds.Round(1, 3, WHEN).header()).size == 12
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,62 +240,65 @@ def test_a_shared_test_is_not_held_against_a_bug_whose_own_tests_pass():
     only_b10 = outcomes(test_B6_a=True, test_B10_a=False, test_B6_B10_a=False)
     shared_only = outcomes(test_B6_a=True, test_B10_a=True, test_B6_B10_a=False)
     fixed_both = outcomes(test_B6_a=True, test_B10_a=True, test_B6_B10_a=True)
-    assert practice.bug_status(both_broken, ["B6", "B10"]) == {"B6": False, "B10": False}
-    assert practice.bug_status(only_b10, ["B6", "B10"]) == {"B6": True, "B10": False}
-    assert practice.bug_status(shared_only, ["B6", "B10"]) == {"B6": False, "B10": False}
-    assert practice.bug_status(fixed_both, ["B6", "B10"]) == {"B6": True, "B10": True}
-    assert practice.bug_status(fixed_both, ["B3"]) == {"B3": False}, "a bug without any test is never 'fixed'"
+    assert verdicts.bug_status(both_broken, ["B6", "B10"]) == {"B6": False, "B10": False}
+    assert verdicts.bug_status(only_b10, ["B6", "B10"]) == {"B6": True, "B10": False}
+    assert verdicts.bug_status(shared_only, ["B6", "B10"]) == {"B6": False, "B10": False}
+    assert verdicts.bug_status(fixed_both, ["B6", "B10"]) == {"B6": True, "B10": True}
+    assert verdicts.bug_status(fixed_both, ["B3"]) == {"B3": False}, "a bug without any test is never 'fixed'"
 
 
 def test_level_one_never_names_a_function_and_stats_exist():
     names = {n.name for n in ast.parse(handout()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    import grpo_buggy
-
-    table = getattr(grpo_buggy, "STATS", None) or grpo_buggy.DIAGNOSTICS
+    table = grpo_support.STATS
     for b in catalog.BUGS:
         assert b.symptom and b.stats and b.probe and b.fix, b.id
-        text = "\n".join(practice.hint_lines(b.id, 1))
+        text = "\n".join(hints.hint_lines(b.id, 1))
         assert not set(re.findall(r"\w+", text)) & names, (b.id, set(re.findall(r"\w+", text)) & names)
         assert all(s in table for s in b.stats), b.id
-        assert b.function in "\n".join(practice.hint_lines(b.id, 2))
-        assert len(practice.hint_lines(b.id, 3)) > 2, f"no `# FIX {b.id}` line in grpo_fixed.py"
+        assert b.function in "\n".join(hints.hint_lines(b.id, 2))
+        assert len(hints.hint_lines(b.id, 3)) > 2, f"no `# FIX {b.id}` line in grpo_fixed.py"
 
 
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_hints_name_only_remaining_bugs(level):
-    job = practice.Job(Path("x.py"), "", ["B2", "B6", "B10"], None, "", "")
+    bugs = ["B2", "B6", "B10"]
     result = dict(catalog=outcomes(test_B2_a=True, test_B6_a=True, test_B10_a=False, test_B6_B10_a=False,
                                    test_B1_a=False), regressions=[])
-    lines, code = practice.hint(job, result, level)
+    lines, code = hints.hint(bugs, result, level)
     assert code == 0 and set(BUG_TOKEN.findall("\n".join(lines))) == {"B10"}
     done = dict(catalog=outcomes(test_B2_a=True, test_B6_a=True, test_B10_a=True, test_B6_B10_a=True), regressions=[])
-    lines, _ = practice.hint(job, done, level)
+    lines, _ = hints.hint(bugs, done, level)
     assert not BUG_TOKEN.findall("\n".join(lines))
 
 
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_each_bugs_hint_names_that_bug_only(level):
     for b in catalog.BUG_IDS:
-        assert set(BUG_TOKEN.findall("\n".join(practice.hint_lines(b, level)))) == {b}, (b, level)
+        assert set(BUG_TOKEN.findall("\n".join(hints.hint_lines(b, level)))) == {b}, (b, level)
 
 
-def test_spec_sentences_name_real_test_groups():
+def test_regression_lines_quote_the_spec_sentences_of_real_test_groups():
     import test_spec
 
-    table = practice.spec_sentences()
-    assert len(table) >= 5
-    for group, sentence in table.items():
-        assert hasattr(test_spec, group), group
-        assert sentence.startswith('"') and sentence.endswith('"'), sentence
+    table = test_spec.spec_keys_by_test()  # test group or test -> the SPEC.md keys its marker names
+    assert len({k for keys in table.values() for k in keys}) >= 5
+    for name, keys in table.items():
+        assert hasattr(test_spec, name.split("::")[0]), name
+        for key in keys:
+            head = verdicts.regression_head([key], name)
+            quoted = head.split(" ", 5)[-1]
+            assert quoted.startswith('"') and quoted.endswith('"'), head
+            assert quoted.strip('"') == spec.sentence(key).text and spec.sentence(key).label in head
+    assert verdicts.regression_head([], "TestKL") == "spec TestKL"
 
 
 def test_scratch_files_go_to_the_scratch_grader(monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(practice, "scratch_grader", lambda: lambda path: calls.append(path) or 1)
-    assert practice.grade_command(["practice/scratch_4.py"]) == 1
+    monkeypatch.setattr(cli.scratch_grader, "grade", lambda path, train: calls.append(path) or 1)
+    assert cli.grade_command(["practice/scratch_4.py"]) == 1
     assert calls == ["practice/scratch_4.py"]
-    monkeypatch.setattr(practice, "scratch_grader", lambda: None)
-    assert practice.grade_command(["practice/scratch_404.py"]) == 2  # no scratch grader: graded as any file
+    monkeypatch.undo()
+    assert cli.grade_command(["practice/scratch_404.py"]) == 2  # the scratch grader: one line, exit code 2
     assert "no such file" in capsys.readouterr().err
 
 
@@ -279,14 +308,14 @@ def test_scratch_files_go_to_the_scratch_grader(monkeypatch, capsys):
 
 def test_grade_handout_fixed_some_fixes_and_regressions(tmp_path):
     buggy, good = handout(), fixed()
-    some = practice.splice(buggy, good, ["sample_from_logits", "completion_logits"])  # B6 fixed, B10 not
-    round_1 = practice.round_source(1, 3, WHEN)
-    assert "B1" not in practice.draw(1, 3)  # sample_from_logits is fixed in this round
+    some = splice.splice(buggy, good, ["sample_from_logits", "completion_logits"])  # B6 fixed, B10 not
+    round_1 = rounds.round_source(1, 3, WHEN)
+    assert "B1" not in rounds.draw(1, 3)  # sample_from_logits is fixed in this round
     drop_generator = replace_once(round_1, "replacement=True, generator=generator)", "replacement=True)")
-    one_fixed = practice.splice(round_1, good, [catalog.bug(practice.draw(1, 3)[0]).function])
-    no_kl = re.sub(r"\n\s*kl=records\[-1\]\[\"kl\"\],", "", buggy, count=1)
-    assert no_kl != buggy
-    files = [practice.HANDOUT, practice.FIXED, write(tmp_path, "some.py", some),
+    one_fixed = splice.splice(round_1, good, [catalog.bug(rounds.draw(1, 3)[0]).function])
+    append = "        history.append(stats)\n"
+    no_kl = replace_once(buggy, append, '        del stats["kl"]\n' + append)
+    files = [splice.HANDOUT, splice.FIXED, write(tmp_path, "some.py", some),
              write(tmp_path, "round_1_gen.py", drop_generator), write(tmp_path, "round_1_one.py", one_fixed),
              write(tmp_path, "no_kl.py", no_kl)]
     (h, f, s, gen, one, kl), code = grade(*files)
@@ -295,9 +324,9 @@ def test_grade_handout_fixed_some_fixes_and_regressions(tmp_path):
     assert h["lines"][-1] == f"0 of {len(catalog.BUG_IDS)} fixed, 0 regressions"
     assert f["code"] == 0 and all(f["status"].values()) and f["regressions"] == []
     assert {b for b, ok in s["status"].items() if ok} == {"B1", "B6"} and s["regressions"] == []
-    assert gen["status"] == {b: False for b in practice.draw(1, 3)}
+    assert gen["status"] == {b: False for b in rounds.draw(1, 3)}
     assert len(gen["regressions"]) == 1 and "generator" in gen["regressions"][0], gen["regressions"]
-    assert {b for b, ok in one["status"].items() if ok} == {practice.draw(1, 3)[0]} and one["regressions"] == []
+    assert {b for b, ok in one["status"].items() if ok} == {rounds.draw(1, 3)[0]} and one["regressions"] == []
     assert "since the round was drawn (the round is 45 minutes)" in one["lines"][-1]
     assert one["lines"][-1].startswith("1 of 3 fixed, 0 regressions, ")
     assert len(kl["regressions"]) == 1 and "kl" in kl["regressions"][0] and "training" in kl["regressions"][0]
@@ -321,15 +350,15 @@ BAD = {  # name -> (edit of grpo_buggy.py, what the one line must say)
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path):
     paths = [write(tmp_path, f"{name}.py", replace_once(handout(), *edit)) for name, (edit, _) in BAD.items()]
     paths.append(tmp_path / "missing.py")
-    round_0 = practice.round_source(0, 3, WHEN)
-    assert "B3" not in practice.draw(0, 3)  # masked_mean first runs in a B3 test: its name must not be shown
+    round_0 = rounds.round_source(0, 3, WHEN)
+    assert "B3" not in rounds.draw(0, 3)  # masked_mean first runs in a B3 test: its name must not be shown
     round_typo = write(tmp_path, "round_0.py", replace_once(round_0, *BAD["typo"][0]))
     before = sorted(p.name for p in tmp_path.iterdir())
-    results, code = grade(*paths, round_typo, practice.HANDOUT)
+    results, code = grade(*paths, round_typo, splice.HANDOUT)
     assert code == 2
     typo_line = results[-2]["lines"][0]
     assert re.search(BAD["typo"][1], typo_line) and "outside this round" in typo_line, typo_line
-    assert set(BUG_TOKEN.findall(typo_line)) <= set(practice.draw(0, 3)), typo_line
+    assert set(BUG_TOKEN.findall(typo_line)) <= set(rounds.draw(0, 3)), typo_line
     for result, (name, (_, pattern)) in zip(results, [*BAD.items(), ("missing", (None, "no such file"))],
                                             strict=False):
         assert result["code"] == 2 and len(result["lines"]) == 1, (name, result)
@@ -339,9 +368,9 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path):
 
 
 def test_command_line_report_and_hint(tmp_path):
-    path = write(tmp_path, "round_4.py", practice.round_source(4, 3, WHEN))
-    drawn = practice.draw(4, 3)
-    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "grade", str(path)], cwd=ROOT,
+    path = write(tmp_path, "round_4.py", rounds.round_source(4, 3, WHEN))
+    drawn = rounds.draw(4, 3)
+    proc = subprocess.run([sys.executable, "-m", "interview", "grade", str(path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -349,11 +378,11 @@ def test_command_line_report_and_hint(tmp_path):
     assert re.fullmatch(r"0 of 3 fixed, 0 regressions, \d\d+:\d\d since the round was drawn "
                         r"\(the round is 45 minutes\)", lines[-1])
     for level in ("1", "3"):
-        proc = subprocess.run([sys.executable, "-m", "workbook.practice", "hint", str(path), "--level", level],
+        proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", level],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert set(BUG_TOKEN.findall(proc.stdout)) == set(drawn)
-    proc = subprocess.run([sys.executable, "-m", "workbook.practice", "hint", str(path), "--level", "4"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", "4"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "LEVEL" in proc.stderr
 
@@ -366,10 +395,10 @@ def test_every_round_unmodified_and_fixed(tmp_path, chunk):
     mine = ROUNDS[chunk::3]
     paths, drawn = [], []
     for n, k in mine:
-        text = practice.round_source(n, k, WHEN)
-        spliced = practice.splice(text, fixed(), [catalog.bug(b).function for b in practice.draw(n, k)])
+        text = rounds.round_source(n, k, WHEN)
+        spliced = splice.splice(text, fixed(), [catalog.bug(b).function for b in rounds.draw(n, k)])
         paths += [write(tmp_path, f"round_{n}.py", text), write(tmp_path, f"round_{n}_fixed.py", spliced)]
-        drawn.append(practice.draw(n, k))
+        drawn.append(rounds.draw(n, k))
     results, _ = grade(*paths, timeout=1200)
     for (as_drawn, done), bugs, (n, _) in zip(zip(results[::2], results[1::2], strict=True), drawn, mine, strict=True):
         assert as_drawn["status"] == {b: False for b in bugs} and as_drawn["regressions"] == [], (n, as_drawn)

@@ -1,4 +1,5 @@
-"""From scratch (workbook/scratch.py): the stub file, and the grader sentence by sentence of seed 000.
+"""From scratch (interview/scratch.py, scratch_grader.py): the stub file, and the grader sentence by sentence
+of the spec (SPEC.md).
 
   - a stub file fails every sentence it stubs, as "not written yet", and nothing else;
   - the fixed twin's functions spliced in pass every sentence (and train like the fixed twin);
@@ -16,9 +17,11 @@ import io
 import pytest
 
 import grpo_fixed
-from workbook import catalog, practice, scratch
+import grpo_support
+from interview import checks, cli, sandbox, scratch, scratch_grader, spec_cases, splice
+from workbook import catalog
 
-SPEC_KEYS = {s.key for s in scratch.SENTENCES}
+GRADED = spec_cases.graded_sentences()  # the sentences of SPEC.md with cases: all but S15 signatures
 
 
 def new_file(tmp_path, funcs=None):
@@ -28,7 +31,7 @@ def new_file(tmp_path, funcs=None):
 def handout_function(name: str) -> str:
     """The text of `name` in the no-bug hand-out: the fixed twin's function, as a learner would write it."""
     source = scratch.handout_source()
-    node = scratch.function_nodes(source)[name]
+    node = splice.function_nodes(source)[name]
     return "".join(source.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno])
 
 
@@ -38,13 +41,14 @@ def fill(path, functions: dict[str, str]):
     return path
 
 
-def failing(path) -> dict[str, scratch.Outcome]:
-    return {o.key: o for o in scratch.grade_outcomes(path) if not o.ok}
+def failing(path) -> dict[str, checks.Outcome]:
+    return {o.key: o for o in scratch_grader.grade_outcomes(path) if not o.ok}
 
 
 def catalog_test_names(site: str) -> set[str]:
     ids = {b.id for b in catalog.BUGS if b.function == site}
-    return {name for name, (_, test_ids, _) in scratch.catalog_test_module().catalog_tests().items() if ids & test_ids}
+    tests = scratch_grader.catalog_test_module().catalog_tests()
+    return {name for name, (_, test_ids, _) in tests.items() if ids & test_ids}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -56,21 +60,21 @@ def test_scratch_files_are_numbered_and_stub_the_spec_functions(tmp_path):
     assert (first.name, second.name) == ("scratch_1.py", "scratch_2.py")
     text = first.read_text()
     assert f"{scratch.FUNCS_HEADER} sample_from_logits, group_advantage, grpo_loss" in text
-    nodes = scratch.function_nodes(text)
+    nodes = splice.function_nodes(text)
     for name in scratch.SPEC_FUNCS:
         body = nodes[name].body
         raised = body[-1]
         assert isinstance(raised, ast.Raise) and "NotImplementedError" in ast.unparse(raised), name
         doc = ast.get_docstring(nodes[name])
-        assert ast.get_docstring(scratch.function_nodes(practice.FIXED.read_text())[name]).split("\n")[0] in doc
-        for sentence in scratch.sentences_of(name):
+        assert ast.get_docstring(splice.function_nodes(splice.FIXED.read_text())[name]).split("\n")[0] in doc
+        for sentence in spec_cases.graded_sentences(name):
             assert " ".join(sentence.text.split()) in " ".join(doc.split()), (name, sentence.key)
     assert "# FIX" not in text, "the hand-out must not name the bugs"
     assert "def masked_mean" in text and "raise NotImplementedError" not in handout_function("masked_mean")
 
 
 def test_stubs_keep_the_signatures(tmp_path):
-    module, _ = scratch.load_scratch(new_file(tmp_path, "all"))
+    module, _ = scratch_grader.load_scratch(new_file(tmp_path, "all"))
     for name in scratch.SITES:
         assert inspect.signature(getattr(module, name)) == inspect.signature(getattr(grpo_fixed, name)), name
 
@@ -89,7 +93,7 @@ def test_parse_funcs(funcs, expected):
 def test_unknown_funcs_are_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown FUNCS"):
         scratch.parse_funcs("masked_mean,train")
-    assert scratch.main(["new", "--funcs", "nope", "--out-dir", str(tmp_path)]) == 2
+    assert cli.main(["scratch", "--funcs", "nope", "--out-dir", str(tmp_path)]) == 2
     assert "unknown FUNCS ['nope']" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
@@ -102,7 +106,7 @@ def test_unknown_funcs_are_refused(tmp_path, capsys):
                                    "masked_mean,kl_to_reference", "completion_logits"])
 def test_stub_file_fails_every_sentence_it_stubs_and_nothing_else(tmp_path, funcs):
     stubbed = scratch.parse_funcs(funcs)
-    expected = {s.key for s in scratch.SENTENCES if set(s.funcs) & set(stubbed)}
+    expected = {s.key for s in GRADED if set(s.funcs) & set(stubbed)}
     expected |= set().union(*(catalog_test_names(f) for f in stubbed if f not in scratch.SPEC_FUNCS))
     fails = failing(new_file(tmp_path, funcs))
     assert set(fails) == expected
@@ -110,7 +114,7 @@ def test_stub_file_fails_every_sentence_it_stubs_and_nothing_else(tmp_path, func
 
 
 def test_every_spec_sentence_and_catalog_site_is_graded():
-    assert {f for s in scratch.SENTENCES for f in s.funcs} == set(scratch.SPEC_FUNCS)
+    assert {f for s in GRADED for f in s.funcs} == set(scratch.SPEC_FUNCS)
     for site in scratch.SITES:
         if site not in scratch.SPEC_FUNCS:
             assert catalog_test_names(site), f"no catalog test grades {site}"
@@ -120,17 +124,17 @@ def test_every_spec_sentence_and_catalog_site_is_graded():
 def test_the_fixed_functions_pass_everything(tmp_path, funcs):
     path = new_file(tmp_path, funcs)
     fill(path, {f: handout_function(f) for f in scratch.parse_funcs(funcs)})
-    outcomes = scratch.grade_outcomes(path)
+    outcomes = scratch_grader.grade_outcomes(path)
     assert [o for o in outcomes if not o.ok] == []
-    assert len(outcomes) == len(scratch.SENTENCES) + (0 if funcs is None else sum(
+    assert len(outcomes) == len(GRADED) + (0 if funcs is None else sum(
         len(catalog_test_names(f)) for f in scratch.SITES if f not in scratch.SPEC_FUNCS) - 1)  # B6_B10 counted twice
 
 
 def test_buggy_twin_functions_fail_only_their_own_lines(tmp_path):
     """grpo_buggy's versions of a spec function and a catalog site: only their own sentences / tests fail."""
     path = new_file(tmp_path, "grpo_loss,kl_to_reference")
-    buggy = practice.HANDOUT.read_text()
-    nodes = scratch.function_nodes(buggy)
+    buggy = splice.HANDOUT.read_text()
+    nodes = splice.function_nodes(buggy)
     text = {f: "".join(buggy.splitlines(keepends=True)[nodes[f].lineno - 1 : nodes[f].end_lineno])
             for f in ("grpo_loss", "kl_to_reference")}
     fails = failing(fill(path, text))
@@ -221,7 +225,20 @@ def learner_file(tmp_path, mistake: str | None = None):
         name, right, wrong, _ = MISTAKES[mistake]
         assert functions[name].count(right) == 1, f"anchor of {mistake!r} not found once"
         functions[name] = functions[name].replace(right, wrong)
-    return fill(new_file(tmp_path), functions)
+    return fill(new_learner_file(tmp_path), functions)
+
+
+def new_learner_file(tmp_path):
+    """A stub file where the learner added an import their functions use (the hand-out has no `numbers`)."""
+    path = new_file(tmp_path)
+    own_import = "import math\nimport numbers  # the learner's own: fixed_with carries it into the graded copies\n"
+    path.write_text(replace_once(path.read_text(), "import math\n", own_import))
+    return path
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"{old!r} is not in the text once"
+    return text.replace(old, new, 1)
 
 
 def test_the_learner_solution_passes(tmp_path):
@@ -237,7 +254,7 @@ def test_one_known_mistake_fails_exactly_the_sentences_it_breaks(tmp_path, mista
 
 def test_a_failure_prints_yours_beside_expected_on_the_smallest_input(tmp_path):
     out = io.StringIO()
-    code = scratch.grade(learner_file(tmp_path, "sample std"), out=out, train=False)
+    code = scratch_grader.grade(learner_file(tmp_path, "sample std"), out=out, train=False)
     text = out.getvalue()
     assert code == 1
     lines = text.splitlines()
@@ -247,8 +264,8 @@ def test_a_failure_prints_yours_beside_expected_on_the_smallest_input(tmp_path):
     assert detail[0].strip() == "on rewards [0.0, 1.0]:"  # the smallest of the sentence's inputs
     assert detail[1].split() == ["yours", "[-0.7071,", "0.7071]"]
     assert detail[2].split() == ["expected", "[-1,", "1]"]
-    assert sum(line.startswith("pass") for line in lines) == len(scratch.SENTENCES) - 1
-    assert lines[-1] == f"{len(scratch.SENTENCES) - 1}/{len(scratch.SENTENCES)} pass, 1 fail"
+    assert sum(line.startswith("pass") for line in lines) == len(GRADED) - 1
+    assert lines[-1] == f"{len(GRADED) - 1}/{len(GRADED)} pass, 1 fail"
 
 
 def test_the_grader_never_raises_on_wild_code(tmp_path):
@@ -263,16 +280,16 @@ def test_the_grader_never_raises_on_wild_code(tmp_path):
     path = fill(new_file(tmp_path, "sample_from_logits,grpo_loss"), {k: v for k, v in wild.items()
                                                                      if k != "group_advantage"})
     out = io.StringIO()
-    assert scratch.grade(path, out=out, train=False) == 1
+    assert scratch_grader.grade(path, out=out, train=False) == 1
     assert "raises KeyError: 'boom'" in out.getvalue()
 
 
 def test_an_endless_loop_hits_the_time_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(practice, "TEST_SECONDS", 0.2)
+    monkeypatch.setattr(sandbox, "TEST_SECONDS", 0.2)
     path = fill(new_file(tmp_path, "group_advantage"), {
         "group_advantage": "def group_advantage(rewards, eps: float = 1e-8):\n    while True:\n        pass\n"})
     fails = failing(path)
-    assert {s.key for s in scratch.SENTENCES if "group_advantage" in s.funcs} == set(fails)
+    assert {s.key for s in GRADED if "group_advantage" in s.funcs} == set(fails)
     assert all("TimeLimit" in o.yours for o in fails.values())
 
 
@@ -283,26 +300,26 @@ def test_an_endless_loop_hits_the_time_limit(tmp_path, monkeypatch):
 def test_training_line_when_every_stub_is_written(tmp_path):
     path = fill(new_file(tmp_path), {f: handout_function(f) for f in scratch.SPEC_FUNCS})
     out = io.StringIO()
-    assert scratch.grade(path, out=out, train_overrides=dict(steps=3)) == 0
+    assert scratch_grader.grade(path, out=out, train_overrides=dict(steps=3)) == 0
     line = next(line for line in out.getvalue().splitlines() if "final reward" in line)
     yours, fixed = (float(x.rstrip(",")) for x in (line.split()[3], line.split()[6]))
     assert yours == fixed, "the fixed twin's own functions must train exactly like the fixed twin"
-    assert out.getvalue().splitlines()[-1] == f"{len(scratch.SENTENCES) + 1}/{len(scratch.SENTENCES) + 1} pass"
+    assert out.getvalue().splitlines()[-1] == f"{len(GRADED) + 1}/{len(GRADED) + 1} pass"
 
 
 def test_no_training_while_a_stub_is_left(tmp_path):
     path = fill(new_file(tmp_path), {"grpo_loss": handout_function("grpo_loss")})
     out = io.StringIO()
-    assert scratch.grade(path, out=out) == 1
+    assert scratch_grader.grade(path, out=out) == 1
     assert "no training run yet: sample_from_logits, group_advantage still to write" in out.getvalue()
     assert "final reward" not in out.getvalue()
 
 
 def test_training_that_produces_nan_fails(tmp_path):
     nan_loss = LEARNER["grpo_loss"].replace("return -surrogate.sum()", "return float('nan') * surrogate.sum()")
-    path = fill(new_file(tmp_path), {**LEARNER, "grpo_loss": nan_loss})
-    outcomes = {o.key: o for o in scratch.grade_outcomes(path, train=False)}
-    outcome, _ = scratch.training_outcome(scratch.load_scratch(path)[0], scratch.SPEC_FUNCS, steps=2)
+    path = fill(new_learner_file(tmp_path), {**LEARNER, "grpo_loss": nan_loss})
+    outcomes = {o.key: o for o in scratch_grader.grade_outcomes(path, train=False)}
+    outcome, _ = scratch_grader.training_outcome(scratch_grader.load_scratch(path)[0], scratch.SPEC_FUNCS, steps=2)
     assert not outcome.ok and outcome.yours == "2 non-finite losses"
     assert not outcomes["ratio"].ok  # the sentences see it too
 
@@ -310,9 +327,9 @@ def test_training_that_produces_nan_fails(tmp_path):
 @pytest.mark.slow
 def test_default_training_run_matches_the_fixed_twin(tmp_path):
     path = fill(new_file(tmp_path), {f: handout_function(f) for f in scratch.SPEC_FUNCS})
-    outcome, line = scratch.training_outcome(scratch.load_scratch(path)[0], scratch.SPEC_FUNCS)
+    outcome, line = scratch_grader.training_outcome(scratch_grader.load_scratch(path)[0], scratch.SPEC_FUNCS)
     assert outcome.ok
-    summary = grpo_fixed.summarize_run(grpo_fixed.train(seed=0), 0.0)
+    summary = grpo_support.summarize_run(grpo_fixed.train(seed=0), 0.0)
     assert f"yours {summary['final_reward']:.3f}, fixed twin {summary['final_reward']:.3f}" in line
 
 
@@ -344,7 +361,7 @@ def bad_files(tmp_path):
                                         ("removed", "no function masked_mean"), ("funcs line", "unknown FUNCS")])
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, kind, says):
     path = bad_files(tmp_path)[kind]
-    assert scratch.grade(path) == 2
+    assert scratch_grader.grade(path) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.splitlines()
@@ -352,7 +369,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, kind, says):
 
 
 def test_make_grade_dispatches_scratch_files_here(tmp_path, capsys):
-    """workbook.practice's `grade` hands a practice/scratch_*.py to scratch.grade, exit code included."""
+    """`python -m interview grade` hands a practice/scratch_*.py to the scratch grader, exit code included."""
     path = fill(new_file(tmp_path), {"grpo_loss": handout_function("grpo_loss")})
-    assert practice.grade_command([str(path)]) == 1
+    assert cli.grade_command([str(path)]) == 1
     assert "no training run yet" in capsys.readouterr().out

@@ -1,26 +1,11 @@
-"""Seed 000, sentence by sentence, against the module under test (grpo_fixed unless --impl says otherwise).
+"""The spec (SPEC.md), sentence by sentence, against the module under test (grpo_fixed unless --impl says
+otherwise).
 
-Spec sentence -> tests
-  "Convert logits to probabilities with softmax before sampling tokens."       TestSampling
-  "Sampling uses replacement and must pass the supplied PyTorch random
-   generator through unchanged."                                               TestSampling
-  "A_i = (r_i - mean(r)) / (std(r) + eps) using a positive epsilon so
-   zero-variance groups remain finite."                                        TestGroupAdvantage
-  "population standard deviation (divide squared deviations by the group size)" TestGroupAdvantage
-  "rewards must be a nonempty list of finite real numbers representable in
-   float64, and epsilon must be positive and finite. Reject invalid values
-   with ValueError."                                                           TestGroupAdvantageValidation
-  "Avoid overflow in the mean and variance even when individual rewards are
-   large; constant-reward groups return zeros."                                TestGroupAdvantageRange
-  "per-token importance ratio as exp(current_logprob - old_logprob)"           TestGrpoLoss
-  "Exclude masked tokens from both the loss sum and averaging denominator."    TestGrpoLossMasking
-  "negative mean of the minimum between the unclipped and clipped ratio times
-   advantage" / "Clipping must occur before multiplication by the advantage"   TestGrpoLoss
-  "Return a finite zero loss if every token is masked."                        TestGrpoLossMasking
-  "Keep the clipping radius and normalization epsilon independent."            test_clip_and_eps_are_independent
-  "preserving public signatures"                                               test_public_signatures
-Plus token_logprobs and kl_to_reference (the log-prob path and the KL penalty). Property-based
-versions live in test_properties.py.
+Each test carries `@spec(key, ...)`: the keys of the SPEC.md sentences it checks (interview/spec.py reads
+them from SPEC.md; a class's marker holds for its tests that have none of their own). `make grade` names a
+broken sentence by its test's keys, and test_every_spec_sentence_is_checked proves each sentence has a test.
+Plus token_logprobs and kl_to_reference (the log-prob path and the KL penalty), which no sentence states.
+Property-based versions live in test_properties.py.
 """
 
 from __future__ import annotations
@@ -33,6 +18,10 @@ import numpy as np
 import pytest
 import torch
 from reference import TINY, assert_matches_reference, exact_advantage, reference_grpo_loss
+
+from interview import spec as spec_table
+
+spec = pytest.mark.spec  # @spec(key, ...): the SPEC.md sentences a test checks
 
 
 def loss_and_grad(impl, logprobs, old_logprobs, advantages, mask, clip=0.2):
@@ -52,6 +41,7 @@ def binomial_tolerance(probs, n, sigmas=5.0):
 # Signatures and independence of clip and eps
 
 
+@spec("signatures")
 def test_public_signatures(impl):
     sig = lambda f: [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
     P, K, E = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
@@ -61,6 +51,7 @@ def test_public_signatures(impl):
                                    ("mask", P, E), ("clip", P, 0.2)]
 
 
+@spec("independent")
 def test_clip_and_eps_are_independent(impl):
     """Separate knobs: the loss has no eps, the advantage no clip, and the config keeps both."""
     assert "eps" not in inspect.signature(impl.grpo_loss).parameters
@@ -75,6 +66,7 @@ def test_clip_and_eps_are_independent(impl):
     assert impl.grpo_loss(lp, old, adv, mask, 0.2).item() != impl.grpo_loss(lp, old, adv, mask, 0.5).item()
 
 
+@spec("independent")
 def test_batch_advantages_use_adv_eps_not_clip(impl):
     rewards = torch.tensor([0.0, 1.0, 0.0, 0.0])
     base = impl.batch_advantages(rewards, 2, 1e-8)
@@ -86,7 +78,9 @@ def test_batch_advantages_use_adv_eps_not_clip(impl):
 # sample_from_logits
 
 
+@spec("softmax", "replacement", "generator")
 class TestSampling:
+    @spec("softmax")
     def test_frequencies_match_softmax(self, impl):
         logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -3.0])
         n = 20000
@@ -95,6 +89,7 @@ class TestSampling:
         probs = torch.softmax(logits.double(), -1)
         assert ((freq - probs).abs() <= binomial_tolerance(probs, n)).all(), (freq.tolist(), probs.tolist())
 
+    @spec("softmax")
     def test_frequencies_match_softmax_per_row(self, impl):
         logits = torch.tensor([[3.0, 0.0, 0.0], [0.0, 0.0, 0.0], [-2.0, 1.0, 0.5]])  # (N=3, V=3)
         n = 6000
@@ -111,12 +106,14 @@ class TestSampling:
         assert draws.shape == out_shape and draws.dtype == torch.long
         assert ((draws >= 0) & (draws < 7)).all()
 
+    @spec("replacement")
     def test_with_replacement(self, impl):
         draws = impl.sample_from_logits(torch.zeros(2), 50, generator=torch.Generator().manual_seed(0))
         assert draws.shape == (50,)  # more draws than tokens: only possible with replacement
         assert set(draws.tolist()) == {0, 1}
 
     @pytest.mark.parametrize("shape", [(6,), (4, 6)])
+    @spec("generator")
     def test_generator_passed_through_unchanged(self, impl, shape):
         """Same seed -> exactly the draws of torch.multinomial(softmax(logits)) with an equal generator."""
         logits = torch.linspace(-2.0, 2.0, 24)[: math.prod(shape)].reshape(shape)
@@ -125,6 +122,7 @@ class TestSampling:
                                       generator=torch.Generator().manual_seed(123))
         assert torch.equal(mine, reference)
 
+    @spec("generator")
     def test_generator_state_advances_and_global_rng_untouched(self, impl):
         g = torch.Generator().manual_seed(7)
         before, global_before = g.get_state(), torch.get_rng_state()
@@ -134,6 +132,7 @@ class TestSampling:
         second = impl.sample_from_logits(torch.zeros(5), 20, generator=g)
         assert not torch.equal(first, second), "the generator's state was reset between calls"
 
+    @spec("generator")
     def test_default_uses_global_rng(self, impl):
         torch.manual_seed(5)
         a = impl.sample_from_logits(torch.zeros(5), 20)
@@ -142,6 +141,7 @@ class TestSampling:
         assert torch.equal(a, b)
 
     @pytest.mark.parametrize("offset", [1e4, -1e4, 1e30, -1e30])
+    @spec("softmax")
     def test_stable_for_large_offsets(self, impl, offset):
         """softmax is shift-invariant: logits [o + 1, o] must sample like [1, 0] (when o + 1 != o, exactly)."""
         logits = torch.tensor([offset, offset], dtype=torch.float64) + torch.tensor([1.0, 0.0], dtype=torch.float64)
@@ -151,6 +151,7 @@ class TestSampling:
         probs = torch.softmax(logits - logits.max(), -1)
         assert ((freq - probs).abs() <= binomial_tolerance(probs, n)).all(), (offset, freq.tolist())
 
+    @spec("softmax")
     def test_float_extremes(self, impl):
         big, small = torch.finfo(torch.float32).max, torch.finfo(torch.float32).min
         g = torch.Generator().manual_seed(0)
@@ -164,6 +165,7 @@ class TestSampling:
         lowest = torch.tensor([d.min, d.min], dtype=torch.float64)
         assert set(impl.sample_from_logits(lowest, 400, generator=g).tolist()) == {0, 1}
 
+    @spec("softmax")
     def test_minus_inf_logit_is_never_drawn(self, impl):
         draws = impl.sample_from_logits(torch.tensor([0.0, -math.inf, 0.0]), 500, generator=torch.Generator())
         assert not (draws == 1).any()
@@ -186,36 +188,43 @@ class TestSampling:
 # group_advantage
 
 
+@spec("population-std", "eps")
 class TestGroupAdvantage:
     def test_float64_1d(self, impl):
         adv = impl.group_advantage([0.0, 1.0, 1.0, 0.5])
         assert adv.dtype == torch.float64 and adv.shape == (4,)
 
     @pytest.mark.parametrize("rewards", [[0.0, 1.0], [1.0, 2.0, 4.0], [0.2, 0.9, 0.1, 0.5, 0.5], [3, 1, 4, 1, 5]])
+    @spec("population-std")
     def test_matches_hand_calculation_with_population_std(self, impl, rewards):
         r = np.asarray(rewards, dtype=np.float64)
         expected = (r - r.mean()) / (r.std(ddof=0) + 1e-8)
         assert np.allclose(impl.group_advantage(rewards).numpy(), expected, rtol=1e-12, atol=0)
 
+    @spec("population-std")
     def test_population_not_sample_std(self, impl):
         adv = impl.group_advantage([0.0, 1.0])  # population std 0.5 -> +-1; sample std 0.707 -> +-0.707
         assert adv.tolist() == pytest.approx([-1.0, 1.0], rel=1e-7)
 
     @pytest.mark.parametrize("eps", [1e-8, 0.1, 1.0, 5.0])
+    @spec("eps")
     def test_eps_in_the_denominator(self, impl, eps):
         adv = impl.group_advantage([0.0, 1.0], eps)  # centred +-0.5, std 0.5
         assert adv.tolist() == pytest.approx([-0.5 / (0.5 + eps), 0.5 / (0.5 + eps)], rel=1e-12)
 
     @pytest.mark.parametrize("rewards", [[0.5] * 4, [1.0], [0.0, 0.0, 0.0], [-7, -7], [1e-300] * 3])
+    @spec("constant")
     def test_constant_group_exact_zeros(self, impl, rewards):
         adv = impl.group_advantage(rewards)
         assert adv.tolist() == [0.0] * len(rewards)
 
+    @spec("eps")
     def test_tiny_variance_stays_finite(self, impl):
         adv = impl.group_advantage([1.0, 1.0 + 2**-52])  # std 1.1e-16 << eps: A ~ +-1.1e-8, not +-1
         assert torch.isfinite(adv).all()
         assert adv.abs().max() < 1e-7
 
+    @spec("validation")
     def test_accepts_ints_numpy_scalars_fractions_tuples(self, impl):
         expected = impl.group_advantage([1.0, 2.0, 4.0])
         for rewards in ([1, 2, 4], (1.0, 2.0, 4.0), [np.float32(1), np.int64(2), np.float64(4)],
@@ -228,6 +237,7 @@ class TestGroupAdvantage:
         assert rewards == [3.0, 1.0, 2.0]
 
 
+@spec("validation")
 class TestGroupAdvantageValidation:
     @pytest.mark.parametrize("rewards, pattern", [
         ([], r"empty"),
@@ -270,6 +280,7 @@ class TestGroupAdvantageValidation:
         assert torch.isfinite(impl.group_advantage([big, 0])).all()
 
 
+@spec("overflow", "constant")
 class TestGroupAdvantageRange:
     @pytest.mark.parametrize("rewards", [
         [1.7e308, -1.7e308, 1e308],
@@ -279,11 +290,13 @@ class TestGroupAdvantageRange:
         [1e308, 1e308, 1e308, 1e308, -1e308],
         [1e300, 1.0, -1e300],
     ])
+    @spec("overflow")
     def test_no_overflow_near_float64_limit(self, impl, rewards):
         adv = impl.group_advantage(rewards)
         assert torch.isfinite(adv).all(), adv.tolist()
         assert_matches_reference(adv, rewards)
 
+    @spec("constant")
     def test_constant_huge_group_exact_zeros(self, impl):
         assert impl.group_advantage([1.7976931348623157e308] * 4).tolist() == [0.0] * 4
 
@@ -343,6 +356,7 @@ def random_loss_inputs(n, t, seed, p_mask=0.3):
     return logprobs, old, adv, mask
 
 
+@spec("ratio", "min", "clip-before-A")
 class TestGrpoLoss:
     @pytest.mark.parametrize("seed", range(4))
     @pytest.mark.parametrize("clip", [0.1, 0.2, 0.3])
@@ -351,6 +365,7 @@ class TestGrpoLoss:
         loss = impl.grpo_loss(logprobs, old, adv, mask, clip)
         assert loss.item() == pytest.approx(reference_grpo_loss(logprobs, old, adv, mask, clip), rel=1e-10, abs=1e-12)
 
+    @spec("ratio")
     def test_ratio_is_exp_of_logprob_difference(self, impl):
         """With a huge clip radius the loss is -mean(exp(logp - old) A): the ratio itself."""
         logprobs = torch.tensor([[-1.0, -2.0, -0.5]], dtype=torch.float64)
@@ -370,6 +385,7 @@ class TestGrpoLoss:
         (0.9, 3.0, 2.7),
         (1.0, 0.0, 0.0),
     ])
+    @spec("clip-before-A")
     def test_clip_ratio_then_multiply(self, impl, ratio, adv, expected_surrogate):
         logprobs = torch.tensor([[math.log(ratio)]], dtype=torch.float64)
         loss = impl.grpo_loss(logprobs, torch.zeros(1, 1, dtype=torch.float64),
@@ -427,7 +443,9 @@ class TestGrpoLoss:
         assert loss.item() == pytest.approx(reference_grpo_loss(logprobs, old, adv, mask, 0.2), rel=1e-5)
 
 
+@spec("masking", "all-masked")
 class TestGrpoLossMasking:
+    @spec("masking")
     def test_masked_tokens_out_of_sum_and_denominator(self, impl):
         logprobs = torch.log(torch.tensor([[1.1, 0.9, 5.0], [1.0, 7.0, 7.0]], dtype=torch.float64))
         mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
@@ -436,6 +454,7 @@ class TestGrpoLossMasking:
         expected = -(1.1 * 1.0 + 0.9 * 1.0 + 1.0 * -2.0) / 3  # 3 unmasked tokens, none clipped
         assert loss.item() == pytest.approx(expected, rel=1e-12)
 
+    @spec("masking")
     def test_padding_columns_change_nothing(self, impl):
         logprobs, old, adv, mask = random_loss_inputs(3, 4, 2)
         pad = lambda x, v: torch.cat([x, torch.full((3, 5), v, dtype=x.dtype)], dim=1)
@@ -444,6 +463,7 @@ class TestGrpoLossMasking:
         assert padded.item() == pytest.approx(short.item(), rel=1e-12)
 
     @pytest.mark.parametrize("junk", [float("nan"), -math.inf, math.inf, 1e30])
+    @spec("masking")
     def test_junk_at_masked_positions_reaches_neither_loss_nor_gradient(self, impl, junk):
         logprobs, old, adv, mask = random_loss_inputs(4, 5, 3)
         clean_loss, clean_grad = loss_and_grad(impl, logprobs, old, adv, mask)
@@ -455,6 +475,7 @@ class TestGrpoLossMasking:
         assert torch.allclose(grad, clean_grad, rtol=1e-12, atol=0)
         assert (grad[~mask] == 0).all()
 
+    @spec("all-masked")
     def test_all_masked_finite_zero_that_backpropagates(self, impl):
         logprobs = torch.tensor([[float("nan"), -math.inf, 0.3]], requires_grad=True)
         loss = impl.grpo_loss(logprobs, torch.zeros(1, 3), torch.tensor([1.0]), torch.zeros(1, 3, dtype=torch.bool))
@@ -462,6 +483,7 @@ class TestGrpoLossMasking:
         loss.backward()
         assert torch.equal(logprobs.grad, torch.zeros(1, 3))
 
+    @spec("all-masked")
     def test_all_masked_row_with_nan_advantage(self, impl):
         """A padded sequence (all masked) may carry any advantage; it must not matter."""
         logprobs, old, adv, mask = random_loss_inputs(3, 4, 4)
@@ -474,6 +496,7 @@ class TestGrpoLossMasking:
         assert torch.allclose(grad, clean_grad, rtol=1e-12, atol=0)
 
     @pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.float64, torch.long, torch.uint8])
+    @spec("masking")
     def test_mask_bool_or_01(self, impl, dtype):
         logprobs, old, adv, mask = random_loss_inputs(3, 5, 5)
         expected = impl.grpo_loss(logprobs, old, adv, mask)
@@ -584,3 +607,31 @@ class TestKL:
         std = ((p * k3**2).sum() - exact**2).sqrt()
         assert (p * k3).sum().item() == pytest.approx(exact.item(), rel=1e-12)  # the estimator is unbiased
         assert abs(estimate.item() - exact.item()) <= 5 * std.item() / math.sqrt(n) + 1e-12
+
+
+# ----------------------------------------------------------------------------------------------
+# Every sentence of SPEC.md has a test
+
+
+def spec_keys_by_test() -> dict[str, tuple[str, ...]]:
+    """Test group (a class, or a module-level test) or Class::test with a marker of its own -> the keys of
+    its @spec marker."""
+    table = {}
+    for name, obj in globals().items():
+        if not (name.startswith("Test") and isinstance(obj, type) or name.startswith("test_") and callable(obj)):
+            continue
+        for mark in getattr(obj, "pytestmark", []):
+            if mark.name == "spec":
+                table[name] = mark.args
+        if isinstance(obj, type):
+            for method, fn in vars(obj).items():
+                for mark in getattr(fn, "pytestmark", []) if method.startswith("test_") else []:
+                    if mark.name == "spec":
+                        table[f"{name}::{method}"] = mark.args
+    return table
+
+
+def test_every_spec_sentence_is_checked():
+    used = {key for keys in spec_keys_by_test().values() for key in keys}
+    assert used - set(spec_table.SENTENCES) == set(), "a @spec marker names a key SPEC.md does not have"
+    assert set(spec_table.SENTENCES) - used == set(), "a sentence of SPEC.md that no spec test checks"

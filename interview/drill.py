@@ -3,9 +3,9 @@
     make drill             one question at a time: answer aloud against the timer, Enter reveals the model
                            answer and the notebook section that backs it, you score yourself 0 / 1 / 2
     make drill REPORT=1    your scores per topic
-(or `.venv/bin/python -m workbook.drill [--report] [--seed N] [--scores PATH]`.)
+(or `.venv/bin/python -m interview drill [--report] [--seed N] [--scores PATH]`, interview/cli.py.)
 
-The bank is workbook/questions.toml. Scores are kept in practice/drill_scores.json (git-ignored).
+The bank is interview/questions.toml. Scores are kept in practice/drill_scores.json (git-ignored).
 
 Leitner schedule. Every question sits in a box 0..MAX_BOX, box 0 for a question never scored. A score of
 2 (knew it) moves it up one box, 1 (partly) leaves it where it is, 0 (did not know it) sends it back to
@@ -15,7 +15,6 @@ a box-0 question comes up 2^MAX_BOX = 16 times as often as a mastered one.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import html
 import json
@@ -340,32 +339,3 @@ class DrillCard:
                 parts.append(f"<p><i>Backed by {html.escape(backed_by(q))}.</i></p>")
         parts.append(f"<p><small>{html.escape(self.status)}</small></p>")
         self.view.value = "\n".join(parts)
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line
-
-
-def main(argv=None, stdin=None, stdout=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbook.drill", description=__doc__.splitlines()[0])
-    parser.add_argument("--report", action="store_true", help="per-topic scores instead of a drill")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the question draw (default: random)")
-    parser.add_argument("--scores", default=str(SCORES_PATH), help="scores file (default practice/drill_scores.json)")
-    parser.add_argument("--bank", default=str(BANK_PATH), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    out = stdout or sys.stdout
-    try:
-        bank = load_bank(args.bank)
-        store = ScoreStore(args.scores)
-    except DrillError as error:
-        print(f"make drill: {error}", file=sys.stderr)
-        return 2
-    if args.report:
-        print(report(bank, store), file=out)
-        return 0
-    run(bank, store, random.Random(args.seed), stdin=stdin, stdout=out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m interview ...`: see interview/cli.py."""
+
+import sys
+
+from interview.cli import main
+
+sys.exit(main())

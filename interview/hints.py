@@ -1,0 +1,50 @@
+"""`make hint`: one hint per bug a file still has, in three levels.
+
+Level 1 is the symptom and the logged statistics that show it (never the function), level 2 the function
+and the tiny input that exposes the bug, level 3 the fix, with the fixed twin's `# FIX <id>` lines.
+"""
+
+from __future__ import annotations
+
+import re
+
+import grpo_support
+from interview.splice import FIXED
+from interview.verdicts import bug_status
+from workbook import catalog, monitor
+
+
+def statistic_line(name: str) -> str:
+    """One logged statistic with its meaning and healthy range, from the STATS table."""
+    row = grpo_support.STATS.get(name)
+    if row is None:
+        return name
+    return f"{name}: {row.meaning} (healthy: {monitor.render_bounds(row.lo, row.hi)})"
+
+
+def fix_lines(bug_id: str) -> list[str]:
+    """The lines of grpo_fixed.py that carry `# FIX <bug_id>:`, as the code of the fix."""
+    tag = re.compile(rf"#\s*FIX {bug_id}\b")
+    return [line.strip() for line in FIXED.read_text().splitlines() if tag.search(line)]
+
+
+def hint_lines(bug_id: str, level: int) -> list[str]:
+    entry = catalog.bug(bug_id)
+    if level == 1:
+        return [f"{bug_id} (level 1): {entry.symptom}"] + [f"    watch {statistic_line(s)}" for s in entry.stats]
+    if level == 2:
+        return [f"{bug_id} (level 2): look at {entry.function}(). {entry.probe}"]
+    return [f"{bug_id} (level 3): {entry.fix}", "    the fixed twin's lines:"] + [f"    {x}" for x in fix_lines(bug_id)]
+
+
+def hint(bugs: list[str], result: dict, level: int) -> tuple[list[str], int]:
+    """The hint lines for the graded bugs still remaining in `result`, and the exit code."""
+    if "error" in result:
+        return [f"cannot grade {result['error']}"], 2
+    remaining = [b for b, ok in bug_status(result["catalog"], bugs).items() if not ok]
+    if not remaining:
+        return ["Every bug of this file is fixed: no hint needed (make grade shows any regression)."], 0
+    lines = []
+    for b in remaining:
+        lines += hint_lines(b, level)
+    return lines, 0

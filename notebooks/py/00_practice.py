@@ -27,10 +27,10 @@
 #    method, then every bug on a tiny input) and notebook 03 (the assertions and logging that catch them).
 # 2. **From scratch**: write the spec's three public functions (or other functions of the trainer) from
 #    their docstrings: `make scratch [FUNCS=...|all]`, edit `practice/scratch_N.py`,
-#    `make grade FILE=practice/scratch_N.py`. Behind it: the spec, seed 000 in `../shared/seeds`.
+#    `make grade FILE=practice/scratch_N.py`. Behind it: the spec, `SPEC.md`, one graded line per sentence.
 # 3. **Discussion**: answer aloud, then compare with a model answer and the notebook section that backs it:
-#    `make drill`, `make drill REPORT=1`, or the card below. Behind it: notebooks 02, 04 and 05 (the seeds'
-#    follow-ups), 06 (the GRPO variants of TRL and verl) and 07 (off-policy data in practice).
+#    `make drill`, `make drill REPORT=1`, or the card below. Behind it: notebooks 02, 04 and 05 (follow-ups
+#    2, 4 and 5 of SPEC.md), 06 (the GRPO variants of TRL and verl) and 07 (off-policy data in practice).
 #
 # `practice/` is git-ignored: your rounds, scratch files and drill scores stay on your machine. Suggested
 # order: read `grpo_buggy.py` and run it; do a mock round (part 1); write the functions from scratch
@@ -45,7 +45,7 @@ from pathlib import Path
 from IPython.display import display
 
 import workbook  # noqa: F401  (one torch thread)
-from workbook import drill, scratch
+from interview import drill, scratch, scratch_grader, spec_cases, splice
 
 work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice folder for this notebook
 
@@ -64,15 +64,15 @@ work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice 
 #
 # `make scratch` writes `practice/scratch_N.py`: the same hand-out with no bug left in, where the three
 # public functions of the spec (`sample_from_logits`, `group_advantage`, `grpo_loss`) are replaced by stubs
-# that keep their signature and their docstring, now followed by the spec sentences they are graded on.
+# that keep their signature and their docstring, now followed by the sentences of `SPEC.md` they are graded on.
 # `FUNCS=masked_mean,kl_to_reference` stubs other functions of the trainer instead (`FUNCS=all`: every
 # function the bug catalog touches). Here is one stub, from a scratch file written into the throw-away folder:
 
 # %%
 path = scratch.new_scratch(out_dir=work)
-stub = scratch.function_nodes(path.read_text())["grpo_loss"]
+stub = splice.function_nodes(path.read_text())["grpo_loss"]
 lines = path.read_text().splitlines()[stub.lineno - 1 : stub.end_lineno]
-spec_part = lines[lines.index("    Spec (seed 000), graded one sentence at a time:") : -1]
+spec_part = lines[lines.index("    " + scratch.SPEC_LINE) : -1]
 print(path.name)
 print("\n".join([lines[0], "    ...", *spec_part, lines[-1].split("(")[0] + '("grpo_loss: write it, then ...")']))
 assert scratch.is_stub(stub)
@@ -86,12 +86,13 @@ assert scratch.is_stub(stub)
 # is printed beside the fixed twin's.
 #
 # Say we write `group_advantage` and make the classic slip of the *sample* standard deviation (divide by
-# G − 1), where the spec asks for the population one (divide by G). The other two functions are still stubs:
+# G − 1), where the spec (SPEC.md, sentence S4 population-std) asks for the population one (divide by G).
+# The other two functions are still stubs:
 
 # %%
 MY_GROUP_ADVANTAGE = '''
 def group_advantage(rewards, eps: float = 1e-8):
-    r = _check_rewards(rewards, eps)  # the hand-out's validation helper: a nonempty list of finite reals, eps > 0
+    r = check_rewards(rewards, eps)  # the hand-out's validation: a nonempty list of finite reals, eps > 0
     if bool((r == r[0]).all()):  # a constant group carries no signal
         return torch.zeros_like(r)
     scale = r.abs().max()
@@ -101,12 +102,12 @@ def group_advantage(rewards, eps: float = 1e-8):
     return centered / (std + eps / scale)
 '''
 path.write_text(scratch.splice(path.read_text(), {"group_advantage": MY_GROUP_ADVANTAGE.strip() + "\n"}))
-code = scratch.grade(path, train=False)
+code = scratch_grader.grade(path, train=False)
 print("exit code", code)
-outcomes = scratch.grade_outcomes(path)
+outcomes = scratch_grader.grade_outcomes(path)
 assert code == 1
 assert {o.key for o in outcomes if not o.ok and not o.not_written} == {"population-std"}
-assert {o.key for o in outcomes if o.not_written} == {s.key for s in scratch.SENTENCES
+assert {o.key for o in outcomes if o.not_written} == {s.key for s in spec_cases.graded_sentences()
                                                      if set(s.funcs) & {"sample_from_logits", "grpo_loss"}}
 
 # %% [markdown]
@@ -128,7 +129,8 @@ assert {o.key for o in outcomes if o.not_written} == {s.key for s in scratch.SEN
 # The next question follows a Leitner schedule: each question sits in a box from 0 to 4 (0 when never
 # scored); a 2 moves it up one box, a 1 leaves it, a 0 sends it back to box 0, and the draw weights a
 # question by 2^−box. A question you could not answer comes back 16 times as often as one you have
-# mastered. The bank (`workbook/questions.toml`) comes from the seeds' discussion lists and the notebooks:
+# mastered. The bank (`interview/questions.toml`) comes from follow-ups 2 to 5 and the discussion topics of
+# `SPEC.md`, and from the notebooks:
 
 # %%
 bank = drill.load_bank()

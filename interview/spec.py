@@ -90,7 +90,3 @@ def sentence(key: str) -> Sentence:
     except KeyError:
         raise KeyError(f"no spec sentence {key!r} in SPEC.md; known: {list(SENTENCES)}") from None
 
-
-def sentences_of(func: str) -> list[Sentence]:
-    """The sentences about public function `func`, in SPEC.md's order."""
-    return [s for s in SENTENCES.values() if func in s.funcs]

@@ -405,3 +405,35 @@ def test_every_round_unmodified_and_fixed(tmp_path, chunk):
         assert as_drawn["code"] == 1
         assert done["status"] == {b: True for b in bugs} and done["regressions"] == [], (n, done)
         assert done["code"] == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# The package
+
+
+def interview_imports(path: Path) -> set[str]:
+    """The interview modules a module's source imports (from the ast: nothing is run)."""
+    deps = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "interview":
+            deps |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("interview."):
+            deps.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith("interview.")}
+    return deps
+
+
+def test_no_import_cycle_and_workbook_does_not_import_the_practice_round():
+    graph = {p.stem: interview_imports(p) for p in (ROOT / "interview").glob("*.py")}
+    assert all(deps <= set(graph) for deps in graph.values()), graph
+    done: list[str] = []
+    while len(done) < len(graph):  # peel off modules whose imports are all done: stuck means a cycle
+        ready = sorted(m for m, deps in graph.items() if m not in done and deps <= set(done))
+        assert ready, f"import cycle among {sorted(set(graph) - set(done))}"
+        done += ready
+    for path in (ROOT / "workbook").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "interview" not in roots, path.name

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
+import subprocess
 from fractions import Fraction
 
 import numpy as np
@@ -635,3 +637,36 @@ def test_every_spec_sentence_is_checked():
     used = {key for keys in spec_keys_by_test().values() for key in keys}
     assert used - set(spec_table.SENTENCES) == set(), "a @spec marker names a key SPEC.md does not have"
     assert set(spec_table.SENTENCES) - used == set(), "a sentence of SPEC.md that no spec test checks"
+
+
+def test_spec_md_states_the_round():
+    """SPEC.md: the sentences by number and key, each about public functions of the trainer; five follow-ups."""
+    keys = ["softmax", "replacement", "generator", "population-std", "eps", "validation", "overflow", "constant",
+            "ratio", "masking", "min", "clip-before-A", "all-masked", "independent", "signatures"]
+    assert list(spec_table.SENTENCES) == keys
+    assert [s.label for s in spec_table.SENTENCES.values()] == [f"S{i} {k}" for i, k in enumerate(keys, 1)]
+    public = {"sample_from_logits", "group_advantage", "grpo_loss"}
+    assert all(s.funcs and set(s.funcs) <= public and s.text.endswith(".") for s in spec_table.SENTENCES.values())
+    assert list(spec_table.FOLLOW_UPS) == [1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="numbered"):
+        spec_table.parse_sentences("## Required behaviour\n\n- **S2 `a`** (`grpo_loss`): Text.\n")
+
+
+def test_every_reference_to_spec_md_resolves():
+    """`sentence S<n> <key>` and `follow-up N of SPEC.md` in any tracked text file name a real sentence or
+    follow-up (a renumbered or renamed sentence fails here, not silently in a learner's reading)."""
+    root = spec_table.SPEC_PATH.parent
+    files = subprocess.run(["git", "ls-files", "*.py", "*.md", "*.toml", "Makefile"], cwd=root, capture_output=True,
+                           text=True, check=True).stdout.split()
+    labels = {s.label for s in spec_table.SENTENCES.values()}
+    seen = 0
+    for name in files:
+        path = root / name
+        text = " ".join(path.read_text().split()) if path.is_file() else ""
+        for number, key in re.findall(r"sentences? (S\d+) `?([\w-]+)`?", text):
+            assert f"{number} {key}" in labels, f"{name}: sentence {number} {key} is not in SPEC.md"
+            seen += 1
+        for number in re.findall(r"follow-up (\d+) of SPEC\.md", text):
+            assert int(number) in spec_table.FOLLOW_UPS, f"{name}: follow-up {number} is not in SPEC.md"
+            seen += 1
+    assert seen >= 2

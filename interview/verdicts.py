@@ -76,9 +76,9 @@ def regression_head(keys: list[str] | tuple[str, ...], group: str) -> str:
     by label, or (a test without a spec marker) its test group."""
     if len(keys) == 1:
         s = spec.sentence(keys[0])
-        return f'spec (SPEC.md, sentence {s.label}) "{s.text}"'
+        return f'{s.ref} "{s.text}"'
     if keys:
-        return f"spec (SPEC.md, sentences {', '.join(spec.sentence(k).label for k in keys)})"
+        return f"the spec (SPEC.md, sentences {', '.join(spec.sentence(k).label for k in keys)})"
     return f"spec {group}"
 
 

@@ -286,9 +286,10 @@ def test_regression_lines_quote_the_spec_sentences_of_real_test_groups():
         assert hasattr(test_spec, name.split("::")[0]), name
         for key in keys:
             head = verdicts.regression_head([key], name)
-            quoted = head.split(" ", 5)[-1]
-            assert quoted.startswith('"') and quoted.endswith('"'), head
-            assert quoted.strip('"') == spec.sentence(key).text and spec.sentence(key).label in head
+            sentence = spec.sentence(key)
+            assert head == f'the spec (SPEC.md, sentence {sentence.label}) "{sentence.text}"', head
+    assert verdicts.regression_head(["softmax", "generator"], "TestSampling") == (
+        "the spec (SPEC.md, sentences S1 softmax, S3 generator)")
     assert verdicts.regression_head([], "TestKL") == "spec TestKL"
 
 

@@ -131,7 +131,7 @@ def test_failure_map_update_redraws_the_same_artists_in_place():
     assert hidden[:, 1:].all() and not hidden[:, 0].any()
     assert "iteration 0: 1 checks fail" in [t.get_text() for t in ax.texts]
     assert list(ax.images) == [image] and image.get_animated() and frame.get_animated()  # no new artists
-    assert monitor.plot_failures(plt.subplots()[1], mon, 2, color="red") == ["loss finite", "grad norm finite"]
+    assert monitor.failure_map(plt.subplots()[1], mon, color="red")(2) == ["loss finite", "grad norm finite"]
 
 
 def test_failure_map_in_a_live_plot_shows_the_slider_position():

@@ -19,10 +19,16 @@ SHORT = dict(steps=2, prompts_per_batch=2)
 GRID = [0.25 + 0.025 * i for i in range(111)]
 
 
+def surrogate_curves(loss_fn, ratios, adv, clip):
+    """J(rho) and dJ/dlog pi over the grid for one advantage: one row of surrogate_grid. -> (list, list)"""
+    J, dJ = nb04_stabilisers.surrogate_grid(loss_fn, ratios, [adv], clip)
+    return J[0].tolist(), dJ[0].tolist()
+
+
 @pytest.mark.parametrize("twin", [grpo_fixed, grpo_buggy], ids=["fixed", "buggy"])
 @pytest.mark.parametrize("adv, clip", [(1.5, 0.2), (-1.5, 0.2), (0.25, 0.5), (-3.0, 0.05)])
 def test_batched_curves_equal_the_one_token_probe(twin, adv, clip):
-    J, dJ = nb04_stabilisers.surrogate_curves(twin.grpo_loss, GRID, adv, clip)
+    J, dJ = surrogate_curves(twin.grpo_loss, GRID, adv, clip)
     probe = [nb04_stabilisers.surrogate_and_grad(twin.grpo_loss, r, adv, clip) for r in GRID]
     assert J == pytest.approx([p[0] for p in probe], abs=1e-12)
     assert dJ == pytest.approx([p[1] for p in probe], abs=1e-12)
@@ -35,14 +41,14 @@ def test_grid_rows_are_the_single_advantage_curves(twin):
     J, dJ = nb04_stabilisers.surrogate_grid(twin.grpo_loss, GRID, advs, 0.3)
     assert J.shape == dJ.shape == (len(advs), len(GRID))
     for k, adv in enumerate(advs):
-        one_J, one_dJ = nb04_stabilisers.surrogate_curves(twin.grpo_loss, GRID, adv, 0.3)
+        one_J, one_dJ = surrogate_curves(twin.grpo_loss, GRID, adv, 0.3)
         assert J[k].tolist() == pytest.approx(one_J, abs=1e-12) and dJ[k].tolist() == pytest.approx(one_dJ, abs=1e-12)
         assert [g == 0.0 for g in dJ[k].tolist()] == [g == 0.0 for g in one_dJ]
 
 
 def test_zero_intervals_of_the_fixed_and_the_buggy_surrogate():
-    _, fixed_pos = nb04_stabilisers.surrogate_curves(grpo_fixed.grpo_loss, GRID, 1.5, 0.2)
-    _, buggy_neg = nb04_stabilisers.surrogate_curves(grpo_buggy.grpo_loss, GRID, -1.5, 0.2)
+    _, fixed_pos = surrogate_curves(grpo_fixed.grpo_loss, GRID, 1.5, 0.2)
+    _, buggy_neg = surrogate_curves(grpo_buggy.grpo_loss, GRID, -1.5, 0.2)
     first, last = nb04_stabilisers.zero_grad_interval(GRID, fixed_pos)
     assert 1.2 < first <= 1.225 and last == GRID[-1]
     assert nb04_stabilisers.zero_grad_interval(GRID, buggy_neg) is None  # B4 never clips A < 0

@@ -1,7 +1,8 @@
 """workbook/nb05_critic.py, the machinery of notebook 05: the harness is the twin's loop (the group baseline gives
-grpo_fixed.train's statistics exactly), GAE with lambda = 1 is the return minus V, a short critic run trains
-its critic, passes are counted with forward hooks on the instances (nothing patched), and the exact
-enumeration and the baseline experiment agree with cases whose answer is known."""
+grpo_fixed.train's statistics exactly), it runs the critic's code it is given (notebook 05 §2 writes that code in
+its cells; the equivalents below are checked here first: GAE with lambda = 1 is the return minus V, ...), a short
+critic run trains its critic, passes are counted with forward hooks on the instances (nothing patched), and the
+exact enumeration and the baseline experiment agree with cases whose answer is known."""
 
 from __future__ import annotations
 
@@ -15,17 +16,57 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import grpo_fixed  # noqa: E402
-from workbook import (
-    catalog,  # noqa: E402
-    nb05_critic,  # noqa: E402
-)
+from workbook import catalog, nb05_critic  # noqa: E402
 
 SHORT = dict(steps=3, prompts_per_batch=4)
 
 
+# ---- the critic's code, as notebook 05 §2 writes it ---------------------------------------------------
+
+
+def last_token(mask):
+    """True at the last generated token of each row (the EOS, or position T-1 if truncated). (N, T)"""
+    mask = mask.bool()
+    after = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)  # (N, T): is t+1 generated?
+    return mask & ~after
+
+
+def gae_advantages(values, rewards, mask, lam: float = 1.0):
+    """GAE with gamma = 1 and one outcome reward at the last token. values, mask (N, T); rewards (N,)."""
+    mask = mask.bool()
+    values = torch.where(mask, values, 0.0)  # (N, T)
+    final = last_token(mask)  # (N, T)
+    adv = torch.zeros_like(values)  # (N, T)
+    next_value, next_adv = torch.zeros_like(rewards), torch.zeros_like(rewards)  # (N,)
+    for t in reversed(range(values.shape[1])):
+        delta = torch.where(final[:, t], rewards, 0.0) + next_value - values[:, t]  # (N,)
+        adv[:, t] = torch.where(mask[:, t], delta + lam * next_adv, 0.0)
+        next_value, next_adv = values[:, t], adv[:, t]
+    return adv
+
+
+def token_grpo_loss(logprobs, old_logprobs, token_advantages, mask, clip: float = 0.2):
+    """grpo_fixed.grpo_loss with one advantage per token (each token a length-1 sequence)."""
+    flat = lambda x: x.reshape(-1, 1)  # noqa: E731
+    return grpo_fixed.grpo_loss(flat(logprobs), flat(old_logprobs), token_advantages.reshape(-1), flat(mask), clip)
+
+
+def value_loss(values, targets, mask):
+    return 0.5 * grpo_fixed.masked_mean((values - targets.detach()).pow(2), mask)
+
+
+def explained_variance(values, targets, mask):
+    mask = mask.bool()
+    y, v = targets[mask], values[mask]
+    return (1 - (y - v).var(unbiased=False) / y.var(unbiased=False).clamp(min=1e-12)).item()
+
+
+CRITIC_FNS = nb05_critic.CriticFunctions(gae_advantages, token_grpo_loss, value_loss, explained_variance)
+
+
 @pytest.fixture(scope="module")
 def critic_run():
-    return nb05_critic.train_with_baseline(baseline="critic", snapshot_at=(0, 2), **SHORT)
+    return nb05_critic.train_with_baseline(baseline="critic", critic_fns=CRITIC_FNS, snapshot_at=(0, 2), **SHORT)
 
 
 # ---- the harness is the twin --------------------------------------------------------------------
@@ -56,6 +97,25 @@ def test_unknown_baseline_is_rejected():
         nb05_critic.train_with_baseline(baseline="value", steps=1)
 
 
+def test_the_critic_baseline_needs_the_critics_code():
+    with pytest.raises(ValueError, match="critic_fns"):
+        nb05_critic.train_with_baseline(baseline="critic", steps=1)
+
+
+def test_the_harness_runs_the_code_it_is_given():
+    """A value loss that counts its calls: one critic step per minibatch calls it, nothing else does."""
+    calls = []
+
+    def counting_value_loss(values, targets, mask):
+        calls.append(values.shape)
+        return value_loss(values, targets, mask)
+
+    fns = CRITIC_FNS._replace(value_loss=counting_value_loss)
+    cfg = grpo_fixed.make_config(**SHORT)
+    nb05_critic.train_with_baseline(baseline="critic", critic_fns=fns, **{**SHORT, "steps": 1})
+    assert len(calls) == cfg.inner_epochs * cfg.minibatches
+
+
 # ---- GAE ------------------------------------------------------------------------------------------
 
 
@@ -70,14 +130,14 @@ def random_episodes(n=6, T=5, seed=0):
 
 def test_gae_with_lambda_one_is_the_return_minus_v():
     values, rewards, mask = random_episodes()
-    adv = nb05_critic.gae_advantages(values, rewards, mask, lam=1.0)  # (n, T)
+    adv = gae_advantages(values, rewards, mask, lam=1.0)  # (n, T)
     assert torch.allclose(adv, torch.where(mask, rewards[:, None] - values, 0.0), atol=1e-6)
 
 
 def test_gae_with_lambda_zero_is_the_one_step_td_error():
     values, rewards, mask = random_episodes(seed=1)
-    adv = nb05_critic.gae_advantages(values, rewards, mask, lam=0.0)
-    last = nb05_critic.last_token(mask)
+    adv = gae_advantages(values, rewards, mask, lam=0.0)
+    last = last_token(mask)
     next_v = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1) * torch.cat(
         [mask[:, 1:], torch.zeros_like(mask[:, :1])], 1)
     td = torch.where(last, rewards[:, None], 0.0) + next_v - values
@@ -87,7 +147,7 @@ def test_gae_with_lambda_zero_is_the_one_step_td_error():
 def test_gae_hand_example():
     values = torch.tensor([[0.5, 0.6, 0.8, 0.0]])
     mask = torch.tensor([[True, True, True, False]])
-    half = nb05_critic.gae_advantages(values, torch.tensor([1.0]), mask, lam=0.5)
+    half = gae_advantages(values, torch.tensor([1.0]), mask, lam=0.5)
     assert torch.allclose(half, torch.tensor([[0.25, 0.3, 0.2, 0.0]]))  # delta = .1, .2, .2; A = delta + A'/2
 
 
@@ -97,7 +157,8 @@ def test_the_critic_targets_are_the_outcome_with_lambda_one():
     task, cfg = grpo_fixed.EchoTask(), grpo_fixed.make_config(prompts_per_batch=4)
     policy, ref_policy, _, generator = grpo_fixed.setup_run(task, cfg, seed=0)
     batch, _ = grpo_fixed.rollout(policy, ref_policy, task, cfg, generator)
-    stats = nb05_critic.attach_advantages(batch, "critic", nb05_critic.make_critic(task, cfg.hidden), cfg, lam=1.0)
+    stats = nb05_critic.attach_advantages(batch, "critic", nb05_critic.make_critic(task, cfg.hidden), cfg, lam=1.0,
+                                          fns=CRITIC_FNS)
     mask, r = batch["mask"], batch["rewards"][:, None].expand_as(batch["mask"])
     assert torch.allclose(batch["returns"][mask], r[mask], atol=1e-6)
     scale = (batch["returns"] - batch["values"])[mask].std(unbiased=False) + cfg.adv_eps
@@ -110,7 +171,7 @@ def test_token_loss_equals_grpo_loss_for_constant_rows():
     logp = torch.randn(3, 4, generator=g)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
     adv = torch.tensor([0.7, -1.2, 0.3])
-    token = nb05_critic.token_grpo_loss(logp, logp - 0.3, adv[:, None].expand(3, 4), mask)
+    token = token_grpo_loss(logp, logp - 0.3, adv[:, None].expand(3, 4), mask)
     assert torch.equal(token, grpo_fixed.grpo_loss(logp, logp - 0.3, adv, mask))
 
 
@@ -143,7 +204,7 @@ def test_count_passes_counts_every_network_and_patches_nothing():
     cfg = grpo_fixed.make_config(**SHORT)
     N, steps = cfg.prompts_per_batch * cfg.group_size, cfg.inner_epochs * cfg.minibatches
     group = nb05_critic.count_passes(baseline="group", **SHORT)
-    critic = nb05_critic.count_passes(baseline="critic", **SHORT)
+    critic = nb05_critic.count_passes(baseline="critic", critic_fns=CRITIC_FNS, **SHORT)
     assert grpo_fixed.TinyPolicy.forward is forward  # the class is untouched
     assert group[("reference", "forward")] == (1, N)
     assert group[("policy", "forward+backward")] == (steps, cfg.inner_epochs * N)
@@ -166,7 +227,7 @@ def test_count_passes_removes_its_hooks():
 
     nb05_critic.train_with_baseline = spy
     try:
-        nb05_critic.count_passes(baseline="critic", **SHORT)
+        nb05_critic.count_passes(baseline="critic", critic_fns=CRITIC_FNS, **SHORT)
     finally:
         nb05_critic.train_with_baseline = original
     assert set(seen) == {"policy", "reference", "critic"}

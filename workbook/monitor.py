@@ -154,7 +154,7 @@ PROBE_INFO = {
         "one outlier batch can make an arbitrarily large update", "B11"),
 }
 """probe name -> (what it asserts, what is broken when it fails, catalog bug); tolerances from grpo_fixed"""
-PROBE_TOLERANCES = {"sampling": _f.SAMPLING_TOL, "kl": _f.KL_TOL, "gradient": _f.GRAD_TOL}
+
 
 def inside(name: str) -> float:
     """A value inside STATS[name]'s healthy range: the middle of a finite range, lo + 1 above a lone lower
@@ -421,9 +421,3 @@ def failure_map(ax, monitor: HealthMonitor, *, color: str, show_names: bool = Tr
         return failed_now
 
     return update
-
-
-def plot_failures(ax, monitor: HealthMonitor, upto: int, *, color: str, show_names: bool = True):
-    """Map of failed checks (rows) by iteration (columns) up to `upto`; a frame marks that iteration.
-    -> the checks failing at `upto` (a one-off drawing of failure_map)."""
-    return failure_map(ax, monitor, color=color, show_names=show_names)(upto)

@@ -45,12 +45,6 @@ def surrogate_grid(loss_fn, ratios, advs, clip: float):
     return (J + 0.0).view(K, R), (dJ + 0.0).view(K, R)  # + 0.0 turns -0.0 into 0.0
 
 
-def surrogate_curves(loss_fn, ratios, adv: float, clip: float):
-    """J(rho) and dJ/dlog pi over a grid of ratios for one advantage. -> (list, list)"""
-    J, dJ = surrogate_grid(loss_fn, ratios, [adv], clip)
-    return J[0].tolist(), dJ[0].tolist()
-
-
 def zero_grad_interval(ratios, grads):
     """(first, last) ratio of the grid where dJ/dlog pi == 0, or None if it is never zero."""
     zeros = [r for r, g in zip(ratios, grads, strict=True) if g == 0.0]

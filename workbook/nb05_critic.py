@@ -13,10 +13,10 @@ KL penalty, optimizer_step. Three baselines, chosen by `train_with_baseline(base
             of the token advantages (no centring, so the baseline is the critic's alone)
   "none"    A_i   = r_i / (std of the batch's rewards + eps)   (REINFORCE, same scale, no baseline)
 
-The critic is a TinyPolicy whose head outputs one number instead of V logits; it is trained with
-0.5 * masked_mean((V_phi(s_t) - target_t)^2) on the same minibatches as the policy, with its own Adam.
-The baselines the notebook teaches (group mean, leave-one-out, B9's wrong axis) are defined in its cells
-and passed to baseline_experiment here.
+The critic is a TinyPolicy whose head outputs one number instead of V logits; it is trained with its value
+loss on the same minibatches as the policy, with its own Adam. The code the notebook teaches is in its cells
+and passed in: the critic's GAE, per-token loss, value loss and explained variance (`CriticFunctions`, to
+train_with_baseline), and the baselines (group mean, leave-one-out, B9's wrong axis, to baseline_experiment).
 Symbols: N = B*G sequences, T = max completion length, V = vocabulary size, K = all completions.
 """
 
@@ -25,6 +25,8 @@ from __future__ import annotations
 import copy
 import itertools
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -56,68 +58,35 @@ def state_values(critic, prompts, completions):
     return grpo_fixed.completion_logits(critic, prompts, completions).squeeze(-1)  # (N, T)
 
 
-def last_token(mask):
-    """True at the last generated token of each row (the EOS, or position T-1 if truncated). (N, T)"""
-    mask = mask.bool()
-    after = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)  # (N, T): is t+1 generated?
-    return mask & ~after
-
-
-def gae_advantages(values, rewards, mask, lam: float = 1.0):
-    """Generalised advantage estimation with gamma = 1 and one outcome reward at the last token.
-
-    delta_t = r * [t last] + V(s_{t+1}) * [t+1 generated] - V(s_t);  A_t = delta_t + lam * A_{t+1}.
-    lam = 1: A_t = r - V(s_t) (Monte Carlo); lam = 0: A_t = delta_t (one-step TD).
-    values, mask (N, T); rewards (N,) -> advantages (N, T), zero at masked positions.
-    """
-    mask = mask.bool()
-    values = torch.where(mask, values, 0.0)  # (N, T): V = 0 after the episode ended
-    final = last_token(mask)  # (N, T)
-    adv = torch.zeros_like(values)  # (N, T)
-    next_value = torch.zeros_like(rewards)  # (N,)
-    next_adv = torch.zeros_like(rewards)  # (N,)
-    for t in reversed(range(values.shape[1])):
-        delta = torch.where(final[:, t], rewards, 0.0) + next_value - values[:, t]  # (N,)
-        adv[:, t] = torch.where(mask[:, t], delta + lam * next_adv, 0.0)
-        next_value, next_adv = values[:, t], adv[:, t]
-    return adv
-
-
 def batch_scaled(adv, mask, eps: float = 1e-8):
     """adv / (std of adv over unmasked entries + eps): PPO's scale normalisation without centring."""
     picked = adv[mask.bool()]
     return adv / (picked.std(unbiased=False) + eps)
 
 
-def token_grpo_loss(logprobs, old_logprobs, token_advantages, mask, clip: float = 0.2):
-    """grpo_fixed.grpo_loss with one advantage per token instead of per sequence.
+class CriticFunctions(NamedTuple):
+    """The critic's code, which notebook 05 §2 teaches in its cells and passes to train_with_baseline
+    (tests/test_nb05_critic.py passes its own equivalents). All tensors (N, T) unless stated."""
 
-    Every token is treated as a length-1 sequence: the clipped surrogate is per token and the masked
-    mean runs over the same unmasked tokens, so the loss equals grpo_loss when each row's
-    token advantages are all equal. All (N, T) -> scalar.
-    """
-    flat = lambda x: x.reshape(-1, 1)  # noqa: E731  (N*T, 1)
-    return grpo_fixed.grpo_loss(flat(logprobs), flat(old_logprobs), token_advantages.reshape(-1), flat(mask), clip)
-
-
-def value_loss(values, targets, mask):
-    """0.5 * masked_mean((V_phi(s_t) - target_t)^2); values, targets, mask (N, T)."""
-    return 0.5 * grpo_fixed.masked_mean((values - targets.detach()).pow(2), mask)
-
-
-def explained_variance(values, targets, mask):
-    """1 - Var(target - V) / Var(target) over unmasked tokens (cleanrl's critic diagnostic; 1 is perfect)."""
-    mask = mask.bool()
-    y, v = targets[mask], values[mask]
-    return (1 - (y - v).var(unbiased=False) / y.var(unbiased=False).clamp(min=1e-12)).item()
+    gae_advantages: Callable
+    """(values, rewards (N,), mask, lam) -> advantages, zero at masked positions: GAE with gamma = 1 and one
+    outcome reward at the last generated token"""
+    token_grpo_loss: Callable
+    """(logprobs, old_logprobs, token_advantages, mask, clip) -> scalar: the twins' clipped surrogate with one
+    advantage per token"""
+    value_loss: Callable
+    """(values, targets, mask) -> scalar: the critic's regression loss"""
+    explained_variance: Callable
+    """(values, targets, mask) -> float: 1 - Var(target - V) / Var(target) over unmasked tokens"""
 
 
 # ----------------------------------------------------------------------------------------------
 # Training: the twin's loop with a choice of baseline
 
 
-def attach_advantages(batch, baseline, critic, cfg, lam):
-    """Replace the rollout's group advantages by the chosen baseline's; adds value stats for the critic."""
+def attach_advantages(batch, baseline, critic, cfg, lam, fns: CriticFunctions | None = None):
+    """Replace the rollout's group advantages by the chosen baseline's; adds value stats for the critic (whose
+    GAE and explained variance are fns')."""
     rewards, mask = batch["rewards"], batch["mask"]  # (N,), (N, T)
     if baseline == "group":
         return {}
@@ -127,16 +96,18 @@ def attach_advantages(batch, baseline, critic, cfg, lam):
     with torch.no_grad():
         critic.eval()
         values = state_values(critic, batch["prompts"], batch["completions"])  # (N, T)
-    adv = gae_advantages(values, rewards, mask, lam)  # (N, T)
+    adv = fns.gae_advantages(values, rewards, mask, lam)  # (N, T)
     batch["values"] = torch.where(mask, values, 0.0)  # (N, T): V_phi_old(s_t), fixed at rollout time
     batch["returns"] = torch.where(mask, adv + values, 0.0)  # (N, T): lambda-returns, the critic's target
     batch["token_advantages"] = batch_scaled(adv, mask, cfg.adv_eps)  # (N, T)
     return dict(value_error=(values[:, 0] - rewards).abs().mean().item(),
-                explained_variance=explained_variance(values, batch["returns"], mask))
+                explained_variance=fns.explained_variance(values, batch["returns"], mask))
 
 
-def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer, batch, cfg, generator):
-    """module.update_policy with per-token advantages, plus one critic step per minibatch."""
+def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer, batch, cfg, generator,
+                             fns: CriticFunctions):
+    """module.update_policy with per-token advantages (fns.token_grpo_loss), plus one critic step per minibatch
+    (fns.value_loss)."""
     policy.train()
     critic.train()
     N = batch["rewards"].shape[0]
@@ -149,9 +120,9 @@ def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer
             old_logprobs = batch["old_logprobs"][idx]  # (n, T)
             adv = batch["token_advantages"][idx]  # (n, T)
             kl = module.kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
-            loss = token_grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip) + cfg.beta * kl
+            loss = fns.token_grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip) + cfg.beta * kl
             grad_norm = module.optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
-            v_loss = value_loss(state_values(critic, prompts, completions), batch["returns"][idx], mask)
+            v_loss = fns.value_loss(state_values(critic, prompts, completions), batch["returns"][idx], mask)
             module.optimizer_step(critic, critic_optimizer, v_loss, cfg.max_grad_norm)
             flat = lambda x: x.reshape(-1, 1)  # noqa: E731  tokens as length-1 rows for the record
             records.append(module.inner_step_record(flat(logprobs), flat(old_logprobs), adv.reshape(-1), flat(mask),
@@ -159,10 +130,11 @@ def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer
     return records
 
 
-def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapshot_at=(), module=grpo_fixed,
-                        on_setup=None, **overrides):
+def train_with_baseline(task=None, *, baseline="group", critic_fns: CriticFunctions | None = None, seed=0,
+                        lam=1.0, snapshot_at=(), module=grpo_fixed, on_setup=None, **overrides):
     """module.train's loop (default grpo_fixed; a catalog hybrid works too) with the advantage from `baseline`
-    ("group", "critic", "none"), without the preflight probes train() runs first.
+    ("group", "critic", "none"), without the preflight probes train() runs first. baseline="critic" runs the
+    critic's code it is given, critic_fns (notebook 05 §2).
 
     Returns (history, snapshots): one stats dict per iteration (the twin's keys, plus value_error and
     explained_variance for the critic), and {iteration: (policy, critic or None)} deep copies taken *before*
@@ -171,6 +143,8 @@ def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapsho
     """
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    if baseline == "critic" and critic_fns is None:
+        raise ValueError("baseline='critic' needs critic_fns=CriticFunctions(...), the critic's code")
     cfg = module.make_config(**overrides)
     task = module.EchoTask() if task is None else task
     policy, ref_policy, optimizer, generator = module.setup_run(task, cfg, seed)
@@ -184,10 +158,10 @@ def train_with_baseline(task=None, *, baseline="group", seed=0, lam=1.0, snapsho
             snapshots[it] = (copy.deepcopy(policy).eval(), copy.deepcopy(critic).eval() if critic else None)
         start = time.perf_counter()
         batch, stats = module.rollout(policy, ref_policy, task, cfg, generator)
-        stats.update(attach_advantages(batch, baseline, critic, cfg, lam))
+        stats.update(attach_advantages(batch, baseline, critic, cfg, lam, critic_fns))
         if baseline == "critic":
             records = update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer, batch, cfg,
-                                               generator)
+                                               generator, critic_fns)
         else:
             records = module.update_policy(policy, optimizer, batch, cfg, generator)
         stats.update(module.summarize_inner_steps(records))
@@ -204,7 +178,7 @@ def parameter_count(module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def count_passes(task=None, *, baseline="group", **overrides):
+def count_passes(task=None, *, baseline="group", critic_fns: CriticFunctions | None = None, **overrides):
     """Run one iteration and count network calls: {(network, 'forward' | 'forward+backward'): (calls, rows)}.
 
     A forward hook on each network instance (policy, frozen reference, critic) records every call; a call
@@ -223,7 +197,8 @@ def count_passes(task=None, *, baseline="group", **overrides):
         handles.extend(net.register_forward_hook(counter(name)) for name, net in networks.items() if net is not None)
 
     try:
-        train_with_baseline(task, baseline=baseline, on_setup=attach, **{**overrides, "steps": 1})
+        train_with_baseline(task, baseline=baseline, critic_fns=critic_fns, on_setup=attach,
+                            **{**overrides, "steps": 1})
     finally:
         for handle in handles:
             handle.remove()

@@ -211,39 +211,111 @@ assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
 #
 # **Question.** What exactly does a critic replace, and what does it cost?
 #
-# `workbook/nb05_critic.py` keeps everything of `grpo_fixed` (TinyPolicy, `setup_run`, `rollout`/`generate`, cached
-# old and reference log-probs, `grpo_loss`, KL, `optimizer_step`) and changes only the advantage:
+# The harness in `workbook/nb05_critic.py` keeps everything of `grpo_fixed` (TinyPolicy, `setup_run`,
+# `rollout`/`generate`, cached old and reference log-probs, `grpo_loss`, KL, `optimizer_step`) and changes only
+# the advantage:
 #
 # * `group`: $A_i = (r_i - \bar r)/(\text{std}(r)+\epsilon)$ within the prompt's group
 #   (`grpo_fixed.batch_advantages`, one advantage per sequence);
-# * `critic`: GAE with $\gamma=1$, one advantage per token:
-#   $\delta_t = r\,[t\text{ is the last token}] + V_\phi(s_{t+1}) - V_\phi(s_t)$, $A_t = \delta_t + \lambda A_{t+1}$;
-#   $\lambda=1$ gives $A_t = r - V_\phi(s_t)$ (Monte Carlo), $\lambda=0$ the one-step TD error;
+# * `critic`: GAE with $\gamma=1$, one advantage per token (written below);
 # * `none`: $A_i = r_i$ (REINFORCE, no baseline).
 #
 # `critic` and `none` divide by the batch std of their advantages (PPO's normalisation, *without*
 # centring, so the baseline is the critic's alone). The critic is a TinyPolicy whose head outputs one
 # number; `grpo_fixed.completion_logits` already returns the output at the state $s_t$ where token $t$ is
-# chosen, so $V_\phi(s_t)$ needs no new alignment code. It regresses on the $\lambda$-return
-# $\hat R_t = A_t + V_{\phi_\text{old}}(s_t)$ (fixed at rollout time) with
-# $\tfrac12\,\text{masked\_mean}\big((V_\phi(s_t) - \hat R_t)^2\big)$, its own Adam, on the same minibatches.
-# Per-token advantages go through `grpo_loss` unchanged by treating each token as a length-1 sequence
-# (same masked mean). Tiny input: one completion of 3 tokens, reward 1.
+# chosen, so $V_\phi(s_t)$ needs no new alignment code. The critic's code is the next three cells; the
+# harness runs it as written.
+#
+# **GAE.** $\delta_t = r\,[t\text{ is the last token}] + V_\phi(s_{t+1}) - V_\phi(s_t)$,
+# $A_t = \delta_t + \lambda A_{t+1}$; $\lambda=1$ gives $A_t = r - V_\phi(s_t)$ (Monte Carlo), $\lambda=0$ the
+# one-step TD error. Tiny input: one completion of 3 tokens, reward 1.
 
 # %%
+def last_token(mask):
+    """True at the last generated token of each row (the EOS, or position T-1 if truncated). (N, T)"""
+    mask = mask.bool()
+    after = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)  # (N, T): is t+1 generated?
+    return mask & ~after
+
+
+def gae_advantages(values, rewards, mask, lam: float = 1.0):
+    """Generalised advantage estimation with gamma = 1 and one outcome reward at the last token.
+
+    delta_t = r * [t last] + V(s_{t+1}) * [t+1 generated] - V(s_t);  A_t = delta_t + lam * A_{t+1}.
+    values, mask (N, T); rewards (N,) -> advantages (N, T), zero at masked positions.
+    """
+    mask = mask.bool()
+    values = torch.where(mask, values, 0.0)  # (N, T): V = 0 after the episode ended
+    final = last_token(mask)  # (N, T)
+    adv = torch.zeros_like(values)  # (N, T)
+    next_value = torch.zeros_like(rewards)  # (N,)
+    next_adv = torch.zeros_like(rewards)  # (N,)
+    for t in reversed(range(values.shape[1])):
+        delta = torch.where(final[:, t], rewards, 0.0) + next_value - values[:, t]  # (N,)
+        adv[:, t] = torch.where(mask[:, t], delta + lam * next_adv, 0.0)
+        next_value, next_adv = values[:, t], adv[:, t]
+    return adv
+
+
 values = torch.tensor([[0.5, 0.6, 0.8, 0.0]])  # (1, T): V_phi(s_t); the 4th position is after EOS
 mask = torch.tensor([[True, True, True, False]])  # (1, T)
-gae = {lam: nb05_critic.gae_advantages(values, torch.tensor([1.0]), mask, lam)
-       for lam in (1.0, 0.5, 0.0)}  # (1, T) each
+gae = {lam: gae_advantages(values, torch.tensor([1.0]), mask, lam) for lam in (1.0, 0.5, 0.0)}  # (1, T) each
 for lam, adv in gae.items():
     print(f"lambda={lam:.1f}: A_t = {[f'{a:.3f}' for a in adv[0]]}")
 assert torch.allclose(gae[1.0], torch.where(mask, 1.0 - values, 0.0))  # lambda = 1: r - V(s_t)
+assert torch.allclose(gae[0.5], torch.tensor([[0.25, 0.3, 0.2, 0.0]]))  # delta = .1, .2, .2; A = delta + A' / 2
+
+# %% [markdown]
+# **Per-token advantages through the twins' loss.** Treat each token as a length-1 sequence: the clipped
+# surrogate is per token and the masked mean runs over the same unmasked tokens, so with one advantage per
+# row it is exactly `grpo_loss`.
+
+# %%
+def token_grpo_loss(logprobs, old_logprobs, token_advantages, mask, clip: float = 0.2):
+    """grpo_fixed.grpo_loss with one advantage per token instead of per sequence. All (N, T) -> scalar."""
+    flat = lambda x: x.reshape(-1, 1)  # noqa: E731  (N*T, 1)
+    return grpo_fixed.grpo_loss(flat(logprobs), flat(old_logprobs), token_advantages.reshape(-1), flat(mask), clip)
+
+
 logp = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))  # (N, T)
 m2 = torch.tensor([[True, True, False], [True, True, True]])
-per_token = nb05_critic.token_grpo_loss(logp, logp - 0.1, torch.tensor([[0.7] * 3, [-1.2] * 3]), m2)
+per_token = token_grpo_loss(logp, logp - 0.1, torch.tensor([[0.7] * 3, [-1.2] * 3]), m2)
 per_sequence = grpo_fixed.grpo_loss(logp, logp - 0.1, torch.tensor([0.7, -1.2]), m2)
 print(f"token_grpo_loss with constant rows {per_token:.6f} == grpo_loss {per_sequence:.6f}")
 assert torch.equal(per_token, per_sequence)
+
+# %% [markdown]
+# **The critic's loss and its diagnostic.** It regresses on the $\lambda$-return
+# $\hat R_t = A_t + V_{\phi_\text{old}}(s_t)$ (fixed at rollout time) with
+# $\tfrac12\,\text{masked\_mean}\big((V_\phi(s_t) - \hat R_t)^2\big)$, its own Adam, on the same minibatches.
+# Explained variance $1 - \text{Var}(\hat R - V)/\text{Var}(\hat R)$ (cleanrl logs it) is 1 for a perfect
+# critic and 0 for one that predicts the mean return everywhere.
+
+# %%
+def value_loss(values, targets, mask):
+    """0.5 * masked_mean((V_phi(s_t) - target_t)^2); values, targets, mask (N, T)."""
+    return 0.5 * grpo_fixed.masked_mean((values - targets.detach()).pow(2), mask)
+
+
+def explained_variance(values, targets, mask):
+    """1 - Var(target - V) / Var(target) over unmasked tokens (1 is perfect)."""
+    mask = mask.bool()
+    y, v = targets[mask], values[mask]
+    return (1 - (y - v).var(unbiased=False) / y.var(unbiased=False).clamp(min=1e-12)).item()
+
+
+targets = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # (2, T): returns of a reward 1 and a 0
+both = torch.tensor([[True, True, True, False], [True, True, False, False]])  # (2, T)
+guess = torch.tensor([[0.5, 0.6, 0.8, 0.0], [0.5, 0.4, 0.0, 0.0]])  # (2, T)
+print(f"value loss {value_loss(guess, targets, both):.4f}; explained variance: a perfect critic "
+      f"{explained_variance(targets, targets, both):.1f}, the mean everywhere "
+      f"{explained_variance(torch.full_like(targets, 0.6), targets, both):.1f}, this guess "
+      f"{explained_variance(guess, targets, both):.3f}")
+assert torch.isclose(value_loss(guess, targets, both), torch.tensor(0.5 * (0.25 + 0.16 + 0.04 + 0.25 + 0.16) / 5))
+assert explained_variance(targets, targets, both) == 1.0
+assert abs(explained_variance(torch.full_like(targets, 0.6), targets, both)) < 1e-6
+
+CRITIC_FNS = nb05_critic.CriticFunctions(gae_advantages, token_grpo_loss, value_loss, explained_variance)
 
 # %% [markdown]
 # The harness is the twin: with `baseline="group"` its loop gives `grpo_fixed.train`'s statistics number for
@@ -256,7 +328,8 @@ RUN = dict(steps=30, prompts_per_batch=8)
 SNAPSHOT = 20
 runs, snapshots = {}, {}
 for name in nb05_critic.BASELINES:
-    runs[name], snapshots[name] = nb05_critic.train_with_baseline(baseline=name, snapshot_at=(SNAPSHOT,), **RUN)
+    runs[name], snapshots[name] = nb05_critic.train_with_baseline(baseline=name, critic_fns=CRITIC_FNS,
+                                                                  snapshot_at=(SNAPSHOT,), **RUN)
 final = {name: sum(s["reward"] for s in h[-10:]) / 10 for name, h in runs.items()}
 print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in final.items()})
 
@@ -495,7 +568,7 @@ assert abs(sum(ev) / len(ev)) < 0.1  # the critic explains about nothing on aver
 
 # %%
 cfg = grpo_fixed.make_config(**RUN)
-passes = {name: nb05_critic.count_passes(baseline=name, **RUN) for name in ("group", "critic")}
+passes = {name: nb05_critic.count_passes(baseline=name, critic_fns=CRITIC_FNS, **RUN) for name in ("group", "critic")}
 for name, counts in passes.items():
     print(f"{name}:")
     for (net, kind), (calls, rows) in counts.items():

@@ -18,7 +18,7 @@ import pytest
 
 import grpo_fixed
 import grpo_support
-from interview import checks, cli, sandbox, scratch, scratch_grader, spec_cases, splice
+from interview import checks, cli, sandbox, scratch, scratch_grader, spec, spec_cases, splice
 from workbook import catalog
 
 GRADED = spec_cases.graded_sentences()  # the sentences of SPEC.md with cases: all but S15 signatures
@@ -114,6 +114,8 @@ def test_stub_file_fails_every_sentence_it_stubs_and_nothing_else(tmp_path, func
 
 
 def test_every_spec_sentence_and_catalog_site_is_graded():
+    assert set(spec_cases.CASES) == set(spec.SENTENCES) - {"signatures"}, "a SPEC.md sentence without cases"
+    assert [s.key for s in GRADED] == [k for k in spec.SENTENCES if k != "signatures"]  # SPEC.md's order
     assert {f for s in GRADED for f in s.funcs} == set(scratch.SPEC_FUNCS)
     for site in scratch.SITES:
         if site not in scratch.SPEC_FUNCS:

@@ -1051,7 +1051,7 @@ plt.show()
 # **Log symptom.** `grad_norm` is logged *before* clipping in both twins, so it looks the same; the difference
 # is in what the optimizer receives. With Adam (which divides each step by a running gradient scale) and a
 # pre-clip norm above 1 in only a few iterations (notebook 01 §13 counts them for the fixed run), B11's run ends
-# level with the fixed one here (0.684 vs 0.686); notebook 04 shows the spikes where clipping matters.
+# level with the fixed one here (0.680 vs 0.679); notebook 04 shows the spikes where clipping matters.
 # **Caught by** preflight *gradients clipped to max_grad_norm*.
 #
 # > **You should know.** Clipping caps the size of one update when a rare batch (huge advantages, a near-zero
@@ -1122,17 +1122,17 @@ assert 0 < clipped < cfg_ablation.steps / 5
 
 # %% [markdown]
 # What the table shows (one seed, one short run, so treat gaps of a few hundredths as noise):
-# - **The fixed trainer clearly learns at this size**: from 0.135 at iteration 0 to a final 0.686, still rising
+# - **The fixed trainer clearly learns at this size**: from 0.135 at iteration 0 to a final 0.679, still rising
 #   at iteration 30. The fully buggy trainer ends at 0.085, below where the fixed run started.
 # - **Single bugs that cost reward here**: B1 (0.363), B4 (0.448), B6 (0.472), B2 (0.473, with 52 of its 120
 #   inner steps skipped for a NaN loss) and B3 (0.539). B10 (0.599) and B8 (0.665) cost less; one seed cannot
 #   say how much of those two gaps is noise.
-# - **Bugs invisible in the reward here**: B5, B7 and B9 end at the fixed run's 0.686 and B11 at 0.684. The
+# - **Bugs invisible in the reward here**: B5, B7 and B9 end at the fixed run's 0.679 and B11 at 0.680. The
 #   rewards of the B5, B7 and B9 runs equal the fixed run's at *every* iteration: B5 because the trainer never
 #   hands `masked_mean` a non-finite masked value (notebook 01 §6), B7 because `log(softmax)` only differs from
 #   `log_softmax` by float rounding at these logit sizes (0 skipped steps), B9 because $B = G = 8$ here, where
 #   `view(G, B)` is `view(B, G)` (notebook 01 §10).
-#   The fixed run's pre-clip gradient norm exceeded 1 in only 3 of 30 iterations, so clipping (B11) rarely acts.
+#   The fixed run's pre-clip gradient norm exceeded 1 in only 2 of 30 iterations, so clipping (B11) rarely acts.
 #   Their regimes: the tiny inputs of notebook 01 §6, notebook 01 §8 and notebook 01 §10, notebook 02 (the
 #   ratio: B3, B10) and notebook 04 (KL penalty B8, gradient clipping B11).
 # - **How each bug is caught**: B3, B6 and B10 fail a health check from iteration 0 and no preflight probe;

@@ -57,6 +57,7 @@ from workbook.monitor import (
     render_range,
 )
 from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed
+from workbook.run_summary import tail_mean
 from workbook.tasks import SparseMatchTask
 from workbook.widgets import live_plot, set_value, slider
 
@@ -402,7 +403,7 @@ mon_fixed = HealthMonitor()
 hist_fixed = mon_fixed.watch(grpo_fixed, **RUN)
 print(mon_fixed.report())
 print("grpo_fixed's own check_health failures:", sum(len(s["health"]) for s in hist_fixed))
-final_buggy, final_fixed = (sum(s["reward"] for s in h[-5:]) / 5 for h in (hist_buggy, hist_fixed))
+final_buggy, final_fixed = (tail_mean([s["reward"] for s in h], 5) for h in (hist_buggy, hist_fixed))
 print(f"final reward (mean of last 5): buggy {final_buggy:.3f}   fixed {final_fixed:.3f}")
 assert mon_fixed.quiet and not any(s["health"] for s in hist_fixed) and final_fixed > 4 * final_buggy
 

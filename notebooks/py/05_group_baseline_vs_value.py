@@ -46,6 +46,7 @@ from IPython.display import display
 
 import grpo_fixed
 from workbook import catalog, nb05_critic, plots
+from workbook.run_summary import final_reward
 from workbook.tasks import SparseMatchTask
 from workbook.widgets import live_plot, set_value, slider
 
@@ -330,7 +331,7 @@ runs, snapshots = {}, {}
 for name in nb05_critic.BASELINES:
     runs[name], snapshots[name] = nb05_critic.train_with_baseline(baseline=name, critic_fns=CRITIC_FNS,
                                                                   snapshot_at=(SNAPSHOT,), **RUN)
-final = {name: sum(s["reward"] for s in h[-10:]) / 10 for name, h in runs.items()}
+final = {name: final_reward(h) for name, h in runs.items()}
 print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in final.items()})
 
 # %% [markdown]
@@ -664,7 +665,7 @@ sparse_runs = {"buggy": nb05_critic.train_with_baseline(sparse, module=B2, **SPA
 late = {}
 for name, h in sparse_runs.items():
     skipped = sum(s["nonfinite_steps"] for s in h)
-    late[name] = sum(s["reward"] for s in h[-10:]) / 10
+    late[name] = final_reward(h)
     print(f"{name:5s}: skipped {skipped} of {4 * len(h)} inner steps; NaN advantages in "
           f"{sum(s['adv_nonfinite'] > 0 for s in h)} of {len(h)} batches; mean reward last 10 {late[name]:.3f}")
 assert all(s["nonfinite_steps"] == 4 for s in sparse_runs["buggy"]) and late["fixed"] > 10 * late["buggy"]

@@ -49,13 +49,13 @@ def test_every_check_has_its_info_and_every_range_in_its_row_is_rendered_from_st
         assert info.asserts and f"`{info.asserts}`" in row
         for stat in info.stats:
             assert f"{stat} {monitor.render_range(stat)}" in row
-            for bound in (grpo_fixed.STATS[stat].lo, grpo_fixed.STATS[stat].hi):
+            for bound in (grpo_support.STATS[stat].lo, grpo_support.STATS[stat].hi):
                 assert not math.isfinite(bound) or f"{bound:g}" in row
 
 
 def test_the_rendered_condition_follows_a_changed_stats_row(monkeypatch):
     """Nothing in the table is a copy: change a STATS row and the rendered condition changes with it."""
-    row = grpo_fixed.STATS["logprob_gap"]
+    row = grpo_support.STATS["logprob_gap"]
     monkeypatch.setitem(monitor.STATS, "logprob_gap", dataclasses.replace(row, hi=0.125))
     assert "logprob_gap in [0, 0.125]" in monitor.CHECK_INFO["training log-probs match the sampler"].asserts
     assert monitor.inside("logprob_gap") == pytest.approx(0.0625)
@@ -80,8 +80,8 @@ def test_check_table_rejects_an_unknown_kind():
 
 
 def test_healthy_stats_are_inside_every_range():
-    assert set(monitor.HEALTHY_STATS) == set(grpo_fixed.STATS)
-    for name in grpo_fixed.STATS:
+    assert set(monitor.HEALTHY_STATS) == set(grpo_support.STATS)
+    for name in grpo_support.STATS:
         assert grpo_fixed.in_range(monitor.HEALTHY_STATS, name), name
 
 

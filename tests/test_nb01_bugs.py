@@ -15,6 +15,7 @@ import torch  # noqa: E402
 
 import grpo_buggy  # noqa: E402
 import grpo_fixed  # noqa: E402
+import grpo_support  # noqa: E402
 from workbook import nb01_bugs  # noqa: E402
 from workbook.widgets import live_plot, set_value, slider  # noqa: E402
 
@@ -115,7 +116,7 @@ def test_slider_figures_redraw_without_a_full_draw(build):
 
 def test_first_failures_gives_the_first_failing_iteration_of_each_check():
     cfg = grpo_fixed.make_config()
-    healthy = {name: (row.lo if math.isfinite(row.lo) else 0.0) for name, row in grpo_fixed.STATS.items()}
+    healthy = {name: (row.lo if math.isfinite(row.lo) else 0.0) for name, row in grpo_support.STATS.items()}
     healthy.update(reward=0.5, ratio_last_maxdev=0.1, zero_var_groups=0.0, grad_norm=0.5)
     history = [dict(healthy, iteration=0), dict(healthy, iteration=1, adv_nonfinite=2),
                dict(healthy, iteration=2, adv_nonfinite=1, kl=math.nan)]

@@ -10,11 +10,11 @@ or in one call: `HealthMonitor().watch(grpo_buggy, steps=6)`.
 The checks themselves are not redefined here: the per-iteration ones are grpo_fixed.HEALTH_CHECKS
 (plus three monitor-only ones for the STATS ranges HEALTH_CHECKS leaves out: zero-variance
 groups, clip fraction, grad-norm size), the probes are grpo_fixed.preflight. grpo_fixed keeps only
-the check code and the ranges (STATS), so the human-readable side (what it catches) lives in CHECK_INFO
-and PROBE_INFO below, keyed by the same names, with every number rendered from grpo_fixed.
+the check code and grpo_support the ranges (STATS), so the human-readable side (what it catches) lives in
+CHECK_INFO and PROBE_INFO below, keyed by the same names, with every number rendered from those two.
 
 A stats dict can come from either twin, a hybrid, or your own trainer: any dict with the keys of
-grpo_fixed.STATS. A check whose stat is missing is skipped and reported, never a crash.
+grpo_support.STATS. A check whose stat is missing is skipped and reported, never a crash.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 import grpo_fixed
+import grpo_support
 
 PREFLIGHT = -1
 """the 'iteration' at which preflight failures are recorded (before iteration 0)"""
@@ -30,9 +31,10 @@ PREFLIGHT = -1
 
 # ----------------------------------------------------------------------------------------------
 # The checks: grpo_fixed's, plus three for STATS ranges that grpo_fixed does not assert.
-# Every range and tolerance comes from grpo_fixed (STATS rows, probe constants): none is written here.
+# Every range and tolerance comes from the twins (grpo_support.STATS rows, grpo_fixed's probe constants): none is
+# written here.
 
-STATS = grpo_fixed.STATS
+STATS = grpo_support.STATS
 in_range = grpo_fixed.in_range
 
 

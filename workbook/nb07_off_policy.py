@@ -48,7 +48,7 @@ STATS = {
         "1 on-policy; about 1 / (1 + chi^2) of the two policies: falls as the data's policy drifts from the "
         "trainer's (stale rollouts); the weighted batch is worth about ESS * n samples"),
 }
-"""the statistics notebook 07 adds to each iteration's stats, in the shape of grpo_fixed.STATS rows"""
+"""the statistics notebook 07 adds to each iteration's stats, in the shape of grpo_support.STATS rows"""
 
 SHORT = dict(steps=30, prompts_per_batch=8)
 """every training run of notebook 07: 30 iterations of 8 prompts x 8 samples, other settings default"""

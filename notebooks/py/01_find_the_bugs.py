@@ -21,7 +21,7 @@
 # - state a four-step debugging method and apply it to any RL trainer;
 # - for each catalogued bug of `grpo_buggy.py`, give **the tiny input that exposes it**, the buggy and the
 #   correct number, the symptom you would see in the training logs, and the logged statistic
-#   (`grpo_fixed.STATS`) or preflight probe (`grpo_fixed.preflight`) that catches it;
+#   (`grpo_support.STATS`) or preflight probe (`grpo_fixed.preflight`) that catches it;
 # - say which bugs cost reward on the toy task and which stay hidden there (and where they bite instead);
 # - do the same for two more silent bugs that other reports of this round describe.
 #
@@ -87,6 +87,7 @@ from IPython.display import display
 
 import grpo_buggy
 import grpo_fixed
+import grpo_support
 from workbook import nb01_bugs
 from workbook.catalog import BUG_IDS, BUGS, hybrid
 from workbook.monitor import render_range
@@ -921,7 +922,7 @@ for name, (out, cos) in mixing.items():
               + (f"   {cos:.3f}" if label == "B9" else ""))
 (graded_out, graded_cos), (binary_out, binary_cos) = mixing["graded"], mixing["binary"]
 assert graded_out["B9"]["flips"] > 0.05 and binary_out["B9"]["flips"] == 0  # sign flips need graded rewards
-healthy_mean = grpo_fixed.STATS["adv_group_mean"].hi
+healthy_mean = grpo_support.STATS["adv_group_mean"].hi
 assert all(out["fixed"]["prompt_mean"] <= healthy_mean < out["B9"]["prompt_mean"] for out, _ in mixing.values())
 assert min(graded_cos, binary_cos) > 0.95  # on average the update points the same way
 assert all(out["B9"]["noise"] <= out["fixed"]["noise"] for out, _ in mixing.values())  # no noisier here
@@ -993,7 +994,7 @@ assert all(s["logprob_gap"] == 0 for s in gap["fixed"]) and gap["B10"][temps.ind
 fig, (ax_b, ax_f) = buggy_vs_fixed("logprob_gap of one rollout vs sampling temperature", figsize=(8, 2.4))
 for ax, label, color in ((ax_b, "B10", BUGGY), (ax_f, "fixed", FIXED)):
     ax.plot(temps, [s["logprob_gap"] for s in gap[label]], "o-", color=color)
-    ax.axhline(grpo_fixed.STATS["logprob_gap"].hi, color=REFERENCE, ls=":", lw=1)
+    ax.axhline(grpo_support.STATS["logprob_gap"].hi, color=REFERENCE, ls=":", lw=1)
     ax.set_xlabel("temperature (dotted: top of the healthy range)")
 ax_b.set_ylabel("logprob_gap")
 plt.show()
@@ -1068,7 +1069,7 @@ plt.show()
 # Thirteen short runs on EchoTask with seed 0: the fixed trainer, the buggy one, and the fixed one with each
 # single bug switched back on (`workbook.catalog.hybrid`). To fit the notebook's time budget they use
 # `steps=30, prompts_per_batch=8` (the default is 80 steps x 16 prompts), so $B = G = 8$; the final reward is the
-# mean of the last 10 iterations, as in `grpo_fixed.summarize_run`. The table also lists which of
+# mean of the last 10 iterations, as in `grpo_support.summarize_run`. The table also lists which of
 # `grpo_fixed.HEALTH_CHECKS` fail during each run, and at which iteration they first fail.
 
 # %%
@@ -1239,7 +1240,7 @@ assert probe == {"fixed": True, "mis-broadcast": False}
 # **Symptom.** A shape error whenever $N \ne T$; when $N = T$ (a minibatch whose size equals the completion
 # length, easy to hit in a small test or with padding to a fixed length), nothing: same loss value, no health
 # check, no preflight probe fires, the policy still moves, but the reward no longer steers it (the gradient
-# above). **The statistic that catches it:** none of `grpo_fixed.STATS` (the clip fractions are computed with
+# above). **The statistic that catches it:** none of `grpo_support.STATS` (the clip fractions are computed with
 # the correct broadcast in `inner_step_record`); a probe does: with $N = T$ and one non-zero advantage, only
 # that sequence's row of the gradient may be non-zero (`broadcast_probe` above). **Fix:**
 # `advantages.unsqueeze(1)  # (N, 1)`, and the shape in the name.

@@ -157,7 +157,7 @@ assert n_clipped[:2] == [0, 0] and n_clipped[3] > n_clipped[2] > 0
 # > within one rollout; after the first optimizer step $\pi_\theta \ne \pi_\text{old}$ for every
 # > sequence, trained on or not.* The health check to print is `ratio_first_maxdev` (ratio at the very
 # > first minibatch): exactly 0 in the fixed twin, and its healthy range (printed above from
-# > `grpo_fixed.STATS`) leaves room only for float noise. If *that* one is off, something else is wrong
+# > `grpo_support.STATS`) leaves room only for float noise. If *that* one is off, something else is wrong
 # > (notebook 02 §5).
 #
 # <details><summary>Answer: with inner_epochs=1 and minibatches=1, is the ratio ever different from 1?</summary>
@@ -621,7 +621,7 @@ assert (2 * bf16_std / abs(bf16_mean)) ** 2 > 1e6 > 1e3 > max((2 * sd / abs(m)) 
 #
 # > **You should know.** Print two things before trusting any ratio: `ratio_first_maxdev` (exactly 0 in the
 # > fixed twin; catches dropout in train mode and any old-vs-new code-path difference) and `logprob_gap`
-# > between the trainer's and the sampler's log-probs (healthy: near 0, range in `grpo_fixed.STATS`; catches
+# > between the trainer's and the sampler's log-probs (healthy: near 0, range in `grpo_support.STATS`; catches
 # > temperature and shift bugs, which a recomputed old log-prob would hide). A ratio that *never* moves
 # > (`ratio_last_maxdev` = 0) is B3. A step-0 offset with a steady sign says the two sides score different
 # > distributions, whatever the cause: every mismatch, numerics included, has mean log-ratio −KL(q ‖ p).
@@ -884,7 +884,7 @@ assert outcome["no detach"].startswith("RuntimeError: Trying to backward through
 #   second. *Statistic:* `grad_norm` collapses although the advantages are non-zero; then the crash.
 #   *Fix:* both of the above: old log-probs are constants of the loss.
 # - **No cache (B3).** *Symptom:* ratio 1 at every inner step, nothing ever clipped, no trust region.
-#   *Statistic:* `ratio_last_maxdev` = 0, outside its healthy range (printed below from `grpo_fixed.STATS`),
+#   *Statistic:* `ratio_last_maxdev` = 0, outside its healthy range (printed below from `grpo_support.STATS`),
 #   and `clip_frac_pos` = `clip_frac_neg` = 0. *Fix:* use the old log-probs cached once at rollout.
 
 # %%

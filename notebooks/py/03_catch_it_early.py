@@ -25,7 +25,7 @@
 #
 # Everything here goes through one small reusable object, `workbook.monitor.HealthMonitor`. It does not
 # redefine a single check: it runs `grpo_fixed.HEALTH_CHECKS` (plus three monitor-only checks for
-# `grpo_fixed.STATS` rows that `HEALTH_CHECKS` does not assert) and `grpo_fixed.preflight`, on any trainer
+# `grpo_support.STATS` rows that `HEALTH_CHECKS` does not assert) and `grpo_fixed.preflight`, on any trainer
 # that calls `on_iteration(stats)`: either twin, a hybrid, or your own. Every range and tolerance printed
 # below is read from `grpo_fixed` (a `STATS` row: meaning, `lo`, `hi`, why; or a probe constant such as
 # `KL_TOL`); none is written by hand.
@@ -87,7 +87,7 @@ SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
 # Some checks are not invariants but **ranges** (clip fraction, zero-variance groups, gradient norm): they
 # flag a regime in which training cannot work, whatever the code. The per-iteration checks, each range and
 # its reason (rendered by `workbook.monitor.check_table` from `CHECK_INFO`, keyed by the check names, and
-# from the `grpo_fixed.STATS` rows each check reads):
+# from the `grpo_support.STATS` rows each check reads):
 
 # %%
 display(Markdown(check_table("iteration")))

@@ -51,6 +51,7 @@ from IPython.display import display
 
 import grpo_buggy
 import grpo_fixed
+import grpo_support
 import workbook  # noqa: F401  (one torch thread)
 from workbook import nb04_stabilisers
 from workbook.monitor import render_range
@@ -788,7 +789,7 @@ assert A_centred[1] > 100 * math.sqrt(G - 1)  # without the std: no bound (the g
 # >   and its correct completions get A ≈ −1/√(G−1).
 # > - Statistic: the raw per-sample reward against the task's range, *before* normalisation erases the
 # >   outlier's size (a +5 and a +1000 glitch end at A = 2.5298 and 2.6457). The batch-mean `reward`
-# >   check of `grpo_fixed.STATS` sees a +1000 glitch but not a +5 one, diluted over 64 samples (next
+# >   check of `grpo_support.STATS` sees a +1000 glitch but not a +5 one, diluted over 64 samples (next
 # >   cell). A glitch that stays inside the range (a wrong answer scored 1) is invisible to both: only
 # >   an audit of the reward on known answers finds it.
 # > - Fix: at the reward, not the advantage: validate or clip rewards to their known range before
@@ -796,7 +797,7 @@ assert A_centred[1] > 100 * math.sqrt(G - 1)  # without the std: no bound (the g
 
 # %%
 batch_rewards = torch.tensor(clean_group * 8)  # (64,) a batch of 8 prompts like the one above
-print(f"reward row of STATS: {grpo_fixed.STATS['reward'].meaning}, healthy {render_range('reward')}")
+print(f"reward row of STATS: {grpo_support.STATS['reward'].meaning}, healthy {render_range('reward')}")
 seen, a_top = {}, {}
 for size in (1000.0, 5.0):
     rewards = batch_rewards.clone()
@@ -959,12 +960,12 @@ assert abs(shares[3] - 0.5) < 1e-6  # group std: the barely-separated prompt wei
 #
 # **Key equation.** Before the optimiser step, g ← g · min(1, c / ‖g‖) with ‖g‖ the global L2 norm
 # over all parameters: the direction is kept, the length capped at c. B11 skips this. The logged
-# `grad_norm` is the norm *before* clipping; its healthy range lives in `grpo_fixed.STATS`:
+# `grad_norm` is the norm *before* clipping; its healthy range lives in `grpo_support.STATS`:
 
 # %%
 MAX_GRAD_NORM = grpo_fixed.make_config().max_grad_norm  # the twins' default cap c
-print(f"default max_grad_norm {MAX_GRAD_NORM:g}; grad_norm: {grpo_fixed.STATS['grad_norm'].meaning}, "
-      f"healthy {render_range('grad_norm')} ({grpo_fixed.STATS['grad_norm'].why})")
+print(f"default max_grad_norm {MAX_GRAD_NORM:g}; grad_norm: {grpo_support.STATS['grad_norm'].meaning}, "
+      f"healthy {render_range('grad_norm')} ({grpo_support.STATS['grad_norm'].why})")
 
 # %% [markdown]
 # ### 4.1 Where it does not matter
@@ -1045,7 +1046,7 @@ clipped_steps = [n > CAPS["0.3"] for n in nb04_stabilisers.step_norms(clip_runs[
 assert clipped_steps == glitched_steps["0.3"]  # exactly those
 assert rate["0.05"] > 0.95 and rate["0.1"] > 0.5  # caps below the median clip (almost) every step
 assert reward["0.05"] > reward["0.1"] > reward["0.3"] > reward["1"] > reward["none (B11)"]
-assert all(v[3] > grpo_fixed.STATS["grad_norm"].hi for k, v in cap_table.items() if k in CAPS)  # spikes
+assert all(v[3] > grpo_support.STATS["grad_norm"].hi for k, v in cap_table.items() if k in CAPS)  # spikes
 assert reward["normalised A, c = 1"] > max(reward[k] for k in CAPS) and rate["normalised A, c = 1"] < 0.05
 
 # %% [markdown]
@@ -1243,7 +1244,7 @@ assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... t
 # <details><summary>Answer</summary>
 #
 # The post-clip norm is min(‖g‖, c): it can never show a spike, and it cannot give the clip rate. The
-# pre-clip norm is the diagnostic (its healthy range is the `grad_norm` row of `grpo_fixed.STATS`,
+# pre-clip norm is the diagnostic (its healthy range is the `grad_norm` row of `grpo_support.STATS`,
 # printed in notebook 04 §4); the glitch runs there peak well above it.
 # </details>
 #

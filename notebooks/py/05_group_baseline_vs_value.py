@@ -45,6 +45,7 @@ import torch
 from IPython.display import display
 
 import grpo_fixed
+import grpo_support
 from workbook import catalog, nb05_critic, plots
 from workbook.run_summary import final_reward
 from workbook.tasks import SparseMatchTask
@@ -393,7 +394,7 @@ print("adv B9   :", [f"{a:+.2f}" for a in adv_b9])
 flips = ((adv_b9.sign() != adv_fixed.sign()) & (adv_fixed != 0)).nonzero().flatten().tolist()
 prompt_mean = {name: adv.view(4, 2).mean(1).abs().max().item() for name, adv in (("fixed", adv_fixed), ("B9", adv_b9))}
 print(f"sign flips at samples {flips};  adv_group_mean: fixed {prompt_mean['fixed']:.2f}, B9 {prompt_mean['B9']:.2f} "
-      f"(healthy {grpo_fixed.STATS['adv_group_mean'].lo:g} .. {grpo_fixed.STATS['adv_group_mean'].hi:g})")
+      f"(healthy {grpo_support.STATS['adv_group_mean'].lo:g} .. {grpo_support.STATS['adv_group_mean'].hi:g})")
 rows = (rewards - wrong_axis_baseline(rewards, 2)).double().view(2, 4)  # (G, B): centred on the wrong rows
 assert torch.allclose(torch.cat([std_normalised(row) for row in rows]).float(), adv_b9, atol=1e-6)  # B9 exactly
 assert flips == [1, 2, 7] and (adv_fixed[4:6] == 0).all() and (adv_b9[4:6] > 0).all()

@@ -48,6 +48,7 @@ import torch
 from IPython.display import display
 
 import grpo_fixed
+import grpo_support
 import workbook  # noqa: F401  (one torch thread)
 from workbook import nb07_off_policy
 from workbook.plots import curves
@@ -307,7 +308,7 @@ batch = batches["float32"][0]
 largest = grpo_fixed.completion_logits(policy, batch["prompts"], batch["completions"]).abs().max().item()
 LOGPROB_CHECK = "training log-probs match the sampler"  # the twins' check on stats["logprob_gap"]
 print(f"largest |logit| of the trained policy on this batch: {largest:.2f}; the check's healthy range for "
-      f"logprob_gap: <= {grpo_fixed.STATS['logprob_gap'].hi:g}")
+      f"logprob_gap: <= {grpo_support.STATS['logprob_gap'].hi:g}")
 print(f"{'sampler':13s} | {'KL(q||p)/token':>14} {'max |log w|':>11} {'w range':>15} | logprob_gap  health check")
 twin_mismatch = {}
 for name, (batch, stats) in batches.items():

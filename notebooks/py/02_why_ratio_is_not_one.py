@@ -14,9 +14,9 @@
 # %% [markdown]
 # # 02 — Why the importance ratio differs from one
 #
-# **The interview question.** *"You print `ratio = exp(logp - old_logp)` inside the inner loop and it
-# is not 1, although this is the first update on this batch. Is that a bug? Trace where the
-# divergence comes from and what its sign is."*
+# **The interview question** (follow-up 2 of SPEC.md). *"You print `ratio = exp(logp - old_logp)` inside
+# the inner loop and it is not 1, although this is the first update on this batch. Is that a bug? Trace
+# where the divergence comes from and what its sign is."*
 #
 # After this notebook you can say, with numbers to back it:
 #

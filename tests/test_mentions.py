@@ -16,12 +16,13 @@ FORBIDDEN = {
     "a folder beside the checkout": re.compile(r"(?<![\w.-])shared/"),
     "an absolute path on a developer's machine": re.compile(r"(?<![\w.])/(?:work|root|home|Users)/[\w.]"),
 }
+THIS_FILE = "tests/test_mentions.py"
 PARENT_PATH = re.compile(r"(?<![\w.])((?:\.\./)+)[\w.-]")
 
 
 def tracked_text_files() -> list[Path]:
     names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    paths = [ROOT / name for name in names.splitlines()]
+    paths = [ROOT / name for name in names.splitlines() if name != THIS_FILE]  # its examples name them on purpose
     return [p for p in paths if p.is_file() and b"\0" not in p.read_bytes()[:4096]]
 
 

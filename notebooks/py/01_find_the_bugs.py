@@ -38,7 +38,7 @@
 #
 # > **STOP: practise before you read on.** Everything below this box names the bugs and their fixes. Find
 # > them yourself first, with the method above, in a mock round (from the repository root;
-# > `workbook/practice.py` explains the draw and the grader):
+# > `interview/rounds.py` explains the draw, `interview/grading.py` the grader):
 # > 1. `make mock` writes `practice/round_N.py`: the hand-out with **3 bugs** drawn from the catalog left in
 # >    (the file does not say which; `BUGS=k` or `BUGS=all` for more, `HARD=1` for terse docstrings).
 # > 2. Edit that file: log shapes and stats of a tiny batch, attack the edges, fix what you find.

@@ -80,14 +80,16 @@ def drill_command(args, stdin=None, stdout=None) -> int:
     out = stdout or sys.stdout
     try:
         bank = drill.load_bank(args.bank)
-        store = drill.ScoreStore(args.scores)
+        legacy = drill.LEGACY_SCORES_PATH if Path(args.scores) == drill.SCORES_PATH else None
+        store = drill.ScoreStore(args.scores, bank, legacy=legacy)
+        bank = drill.filter_topic(bank, args.topic)
     except drill.DrillError as error:
         print(f"make drill: {error}", file=sys.stderr)
         return 2
     if args.report:
         print(drill.report(bank, store), file=out)
         return 0
-    drill.run(bank, store, random.Random(args.seed), stdin=stdin, stdout=out)
+    drill.run(bank, store, random.Random(args.seed), stdin=stdin, stdout=out, weakest=args.weakest)
     return 0
 
 
@@ -113,7 +115,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("drill", help="the discussion drill")
     p.add_argument("--report", action="store_true", help="per-topic scores instead of a drill")
     p.add_argument("--seed", type=int, default=None, help="seed of the question draw (default: random)")
-    p.add_argument("--scores", default=str(drill.SCORES_PATH), help="scores file (default practice/drill_scores.json)")
+    p.add_argument("--topic", default=None, help=f"only this topic's cards: {', '.join(drill.TOPICS)}")
+    p.add_argument("--weakest", action="store_true", help="weakest cards first, due or not")
+    p.add_argument("--scores", default=str(drill.SCORES_PATH), help="the log answers go to (default "
+                                                                     "practice/history.jsonl)")
     p.add_argument("--bank", default=str(drill.BANK_PATH), help=argparse.SUPPRESS)
     return top
 

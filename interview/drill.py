@@ -1,21 +1,30 @@
-"""The discussion drill: a question bank, a Leitner schedule, a terminal loop and a card widget.
+"""The discussion drill: a question bank, a spaced-repetition schedule, a terminal loop and a card widget.
 
-    make drill             one question at a time: answer aloud against the timer, Enter reveals the model
-                           answer and the notebook section that backs it, you score yourself 0 / 1 / 2
-    make drill REPORT=1    your scores per topic
-(or `.venv/bin/python -m interview drill [--report] [--seed N] [--scores PATH]`, interview/cli.py.)
+    make drill                 one question at a time: say the one-line answer (about 15 s), Enter, the full
+                               answer (about 90 s), Enter; the model answer and the notebook section that
+                               backs it appear, you score yourself 0 / 1 / 2
+    make drill TOPIC=...       only one topic's questions;  make drill WEAKEST=1: your weakest cards first
+    make drill REPORT=1        your scores per topic
+(or `.venv/bin/python -m interview drill [--report] [--topic T] [--weakest] [--seed N] [--scores PATH]`.)
 
-The bank is interview/questions.toml. Scores are kept in practice/drill_scores.json (git-ignored).
+The bank is interview/questions.toml. Answers go to the practice log, practice/history.jsonl
+(interview/history.py: append-only JSON lines, so the terminal drill and the notebook card never lose each
+other's answers); boxes are derived from the log. An old practice/drill_scores.json is read once into the
+log (never deleted).
 
-Leitner schedule. Every question sits in a box 0..MAX_BOX, box 0 for a question never scored. A score of
-2 (knew it) moves it up one box, 1 (partly) leaves it where it is, 0 (did not know it) sends it back to
-box 0. The next question is drawn with probability proportional to 2^-box, never the one just asked, so
-a box-0 question comes up 2^MAX_BOX = 16 times as often as a mastered one.
+The schedule (Leitner boxes with due dates). A card's answers are counted only while its answer text is
+unchanged (each answer records a hash of it), so a corrected card is new again. Replaying its answers, a 2
+(knew it) moves it up one box (at most MAX_BOX), a 1 (partly) down one box, a 0 (did not know it) back to
+box 0. A card in box k >= 1 is due 2^(k-1) days after its last answer; box 0 is due at once. A session
+draws, never repeating a card: first the cards never answered (until the bank is covered once), then the
+due ones, lowest box first, longest overdue first; a card scored 0 comes back after 3 to 5 other cards.
+When nothing is due it says so. WEAKEST=1 ignores due dates: lowest box, then lowest last score, first.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import html
 import json
 import random
@@ -26,18 +35,26 @@ import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+
+from interview import history
 
 ROOT = Path(__file__).resolve().parent.parent
 BANK_PATH = Path(__file__).resolve().parent / "questions.toml"
-SCORES_PATH = ROOT / "practice" / "drill_scores.json"
+SCORES_PATH = history.LOG_PATH
+"""where drill answers go: the practice log"""
+LEGACY_SCORES_PATH = ROOT / "practice" / "drill_scores.json"
+"""the scores file of earlier versions (one JSON object), read once into the log"""
 NOTEBOOK_SOURCES = ROOT / "notebooks" / "py"
 TOPICS = ("on/off-policy", "ratio clipping", "advantage normalisation", "KL vs clipping",
           "group baseline vs critic", "stabilisers", "debugging", "variants")
 SCORES = (0, 1, 2)
 SCORE_MEANING = {0: "did not know it", 1: "partly", 2: "knew it"}
 MAX_BOX = 4
-BUDGET_SECONDS = 90  # answer aloud in about a minute and a half, as in the interview's Q&A
+BUDGET_SECONDS = 90  # the full answer aloud in about a minute and a half, as in the interview's Q&A
+ONE_LINER_SECONDS = 15  # the one-line answer first, as an interviewer expects it
+REQUEUE = (3, 5)  # a card scored 0 comes back after this many other cards (inclusive)
 HEADING = re.compile(r"^# ## (\d+)\. (.+?)\s*$")  # a `## K. Title` markdown line of a percent-format source
 
 
@@ -118,74 +135,221 @@ def backed_by(q: Question) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# Scores and the Leitner schedule
+# Answers and the schedule
 
 
-class ScoreStore:
-    """Per-question box and score history, in a JSON file or (path=None) in memory only.
+def answer_hash(q: Question) -> str:
+    """A short hash of a card's answer text (whitespace-insensitive): a corrected answer is a new card."""
+    return hashlib.sha1(" ".join(q.answer.split()).encode()).hexdigest()[:12]
 
-    File format: {"version": 1, "questions": {id: {"box": b, "history": [[iso time, score, seconds], ...]}}}.
-    """
 
-    def __init__(self, path: Path | str | None = SCORES_PATH):
-        self.path = Path(path) if path is not None else None
-        self.data = {"version": 1, "questions": {}}
-        if self.path is not None and self.path.exists():
-            try:
-                self.data = json.loads(self.path.read_text())
-                assert isinstance(self.data.get("questions"), dict)
-            except (OSError, ValueError, AssertionError, AttributeError):
-                raise DrillError(f"{self.path} is not a drill scores file; move it away (or delete it) and "
-                                 f"run again") from None
-
-    def box(self, qid: str) -> int:
-        return int(self.data["questions"].get(qid, {}).get("box", 0))
-
-    def history(self, qid: str) -> list:
-        return self.data["questions"].get(qid, {}).get("history", [])
-
-    def record(self, qid: str, score: int, seconds: float | None = None, when: dt.datetime | None = None) -> int:
-        """Record a self-score, move the question's box (Leitner), save; return the new box."""
-        if score not in SCORES:
-            raise ValueError(f"a score is 0, 1 or 2, got {score!r}")
-        entry = self.data["questions"].setdefault(qid, {"box": 0, "history": []})
-        entry["box"] = next_box(entry["box"], score)
-        when = (when or dt.datetime.now(dt.UTC)).replace(microsecond=0)
-        entry["history"].append([when.isoformat(), score, None if seconds is None else round(seconds, 1)])
-        self.save()
-        return entry["box"]
-
-    def save(self) -> None:
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n")
-            tmp.replace(self.path)  # atomic: an interrupted save never leaves half a file
+@cache
+def _default_bank_hashes() -> dict[str, tuple[str, str]]:
+    try:
+        return {q.id: (answer_hash(q), q.topic) for q in load_bank()}
+    except DrillError:
+        return {}
 
 
 def next_box(box: int, score: int) -> int:
-    """Leitner: 2 -> up one box (at most MAX_BOX), 1 -> stay, 0 -> back to box 0."""
-    return {0: 0, 1: box, 2: min(box + 1, MAX_BOX)}[score]
+    """Leitner: 2 -> up one box (at most MAX_BOX), 1 -> down one box (at least 0), 0 -> back to box 0."""
+    return {0: 0, 1: max(box - 1, 0), 2: min(box + 1, MAX_BOX)}[score]
+
+
+def interval(box: int) -> dt.timedelta:
+    """How long after its last answer a card in `box` is due again: box 0 at once, box k 2^(k-1) days."""
+    return dt.timedelta(days=2 ** (box - 1)) if box >= 1 else dt.timedelta(0)
 
 
 def weight(box: int) -> float:
-    """Draw weight of a question in `box`: 2^-box (box 0 is drawn 2^MAX_BOX times as often as MAX_BOX)."""
+    """The relative frequency of a box in the long run: a box-k card is due every 2^(k-1) days, so box 0
+    (due at every session) comes up 2^MAX_BOX = 16 times as often as a mastered card (box MAX_BOX, 8 days)."""
     return 2.0 ** -box
 
 
-def draw(bank: list[Question], store: ScoreStore, rng: random.Random, previous: str | None = None) -> Question:
-    """The next question: probability proportional to 2^-box, never `previous` (when there is a choice)."""
-    pool = [q for q in bank if q.id != previous] or list(bank)
-    return rng.choices(pool, weights=[weight(store.box(q.id)) for q in pool], k=1)[0]
+class ScoreStore:
+    """The drill's answers, kept as `drill` events of the practice log (path=None: in memory only).
+
+    Every answer is appended (interview/history.py); boxes, histories and due dates are derived from the
+    events, re-read by `refresh()` before each draw, so answers written by another drill are never lost.
+    `bank` gives each card's current answer hash and topic (default: interview/questions.toml); events
+    recorded under another hash are ignored. `legacy`: an old practice/drill_scores.json to read once."""
+
+    def __init__(self, path: Path | str | None = SCORES_PATH, bank: list[Question] | None = None,
+                 legacy: Path | str | None = None):
+        self.path = Path(path) if path is not None else None
+        self.cards = {q.id: (answer_hash(q), q.topic) for q in bank} if bank is not None else _default_bank_hashes()
+        self.events: list[dict] = []
+        if self.path is not None and self.path.exists():
+            self._check_format()
+        if legacy is not None and self.path is not None:
+            migrate(Path(legacy), self.path, self.cards)
+        self.refresh()
+
+    def _check_format(self) -> None:
+        try:
+            first = self.path.read_text().split("\n", 1)[0]
+            ok = not first.strip() or isinstance(json.loads(first), dict) and "kind" in json.loads(first)
+        except (OSError, UnicodeDecodeError, ValueError):
+            ok = False
+        if not ok:
+            raise DrillError(f"{self.path} is not a drill scores file (JSON lines of the practice log); move it "
+                             f"away (or delete it) and run again")
+
+    def refresh(self) -> None:
+        """Re-read the log (answers another drill or the notebook card appended meanwhile)."""
+        if self.path is not None:
+            self.events = [e for e in history.read(self.path) if e["kind"] == "drill"]
+
+    def _answers(self, qid: str) -> list[dict]:
+        current = self.cards.get(qid, (None, None))[0]
+        return [e for e in self.events if e.get("card") == qid and (current is None or e.get("hash") == current)]
+
+    def history(self, qid: str) -> list:
+        """[[UTC time, score, seconds], ...] of the card's answers under its current answer text."""
+        return [[e["t"], e["score"], e.get("seconds")] for e in self._answers(qid)]
+
+    def box(self, qid: str) -> int:
+        box = 0
+        for e in self._answers(qid):
+            box = next_box(box, e["score"])
+        return box
+
+    def last(self, qid: str) -> tuple[dt.datetime, int] | None:
+        answers = self._answers(qid)
+        return (history.parse_time(answers[-1]["t"]), answers[-1]["score"]) if answers else None
+
+    def due(self, qid: str) -> dt.datetime | None:
+        """When the card is due (None: never answered, so due now)."""
+        last = self.last(qid)
+        return None if last is None else last[0] + interval(self.box(qid))
+
+    def record(self, qid: str, score: int, seconds: float | None = None, when: dt.datetime | None = None,
+               first_seconds: float | None = None, **extra) -> int:
+        """Append a self-score (with the seconds taken) to the log; return the card's new box."""
+        if score not in SCORES:
+            raise ValueError(f"a score is 0, 1 or 2, got {score!r}")
+        digest, topic = self.cards.get(qid, (None, None))
+        fields = dict(card=qid, topic=topic, hash=digest, score=score,
+                      seconds=None if seconds is None else round(seconds, 1), **extra)
+        if first_seconds is not None:
+            fields["first_seconds"] = round(first_seconds, 1)
+        when = (when or history.now_utc()).replace(microsecond=0)
+        if self.path is None:
+            self.events.append({"t": history.stamp(when), "kind": "drill", **fields})
+        else:
+            history.record("drill", path=self.path, when=when, **fields)
+            self.refresh()
+        return self.box(qid)
+
+
+def migrate(legacy: Path, log: Path, cards: dict) -> int:
+    """Append the answers of an old drill_scores.json to the log once (a `drill_migrated` event marks it
+    done); the old file is left where it is. Returns how many answers were copied."""
+    if not legacy.exists() or any(e["kind"] == "drill_migrated" for e in history.read(log)):
+        return 0
+    try:
+        data = json.loads(legacy.read_text())["questions"]
+        rows = sorted((h[0], qid, h[1], h[2] if len(h) > 2 else None) for qid, entry in data.items()
+                      for h in entry.get("history", []))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        history.record("drill_migrated", path=log, source=legacy.name, answers=0, error="unreadable")
+        return 0
+    for when, qid, score, seconds in rows:
+        if qid in cards and score in SCORES:
+            digest, topic = cards[qid]
+            history.record("drill", path=log, when=dt.datetime.fromisoformat(when), card=qid, topic=topic,
+                           hash=digest, score=score, seconds=seconds, migrated=True)
+    history.record("drill_migrated", path=log, source=legacy.name, answers=len(rows))
+    return len(rows)
+
+
+def draw(bank: list[Question], store: ScoreStore, rng: random.Random, previous: str | None = None, *,
+         now: dt.datetime | None = None, exclude=(), weakest: bool = False) -> Question | None:
+    """The next card, never `previous` nor one in `exclude` (when there is a choice): a card never answered
+    first (at random), then the due cards (lowest box, then longest overdue); None when nothing is due.
+    `weakest`: ignore due dates, lowest box then lowest last score first, cards never answered last."""
+    now = now or history.now_utc()
+    pool = [q for q in bank if q.id != previous and q.id not in exclude]
+    if not pool:
+        pool = [q for q in bank if q.id not in exclude] or ([] if exclude else list(bank))
+    if not pool:
+        return None
+    tie = {q.id: rng.random() for q in pool}
+    if weakest:
+        def key(q):
+            last = store.last(q.id)
+            return (last is None, store.box(q.id), last[1] if last else 0, tie[q.id])
+        return min(pool, key=key)
+    unseen = [q for q in pool if store.last(q.id) is None]
+    if unseen:
+        return rng.choice(unseen)
+    due = [q for q in pool if store.due(q.id) <= now]
+    if not due:
+        return None
+    return min(due, key=lambda q: (store.box(q.id), store.due(q.id), tie[q.id]))
+
+
+class Session:
+    """One sitting: draws without repeats, and brings a card scored 0 back after 3 to 5 other cards."""
+
+    def __init__(self, bank: list[Question], store: ScoreStore, rng: random.Random, weakest: bool = False,
+                 now: Callable[[], dt.datetime] = history.now_utc):
+        self.bank, self.store, self.rng, self.weakest, self.now = bank, store, rng, weakest, now
+        self.done: set[str] = set()  # cards answered (or skipped) this session
+        self.requeued: list[list] = []  # [card id, how many other cards still to come before it]
+        self.previous: str | None = None
+
+    def next(self) -> Question | None:
+        self.store.refresh()
+        by_id = {q.id: q for q in self.bank}
+        ready = [item for item in self.requeued if item[1] <= 0]
+        if ready:
+            self.requeued.remove(ready[0])
+            q = by_id[ready[0][0]]
+        else:
+            q = draw(self.bank, self.store, self.rng, self.previous, now=self.now(),
+                     exclude=self.done | {i for i, _ in self.requeued}, weakest=self.weakest)
+            if q is None and self.requeued:  # nothing else left: the failed card comes back early
+                q = by_id[self.requeued.pop(0)[0]]
+        self.previous = q.id if q is not None else self.previous
+        return q
+
+    def answered(self, q: Question, score: int | None) -> None:
+        """After a card was scored (or skipped, score None)."""
+        for item in self.requeued:
+            item[1] -= 1
+        self.done.add(q.id)
+        if score == 0:
+            self.requeued.append([q.id, self.rng.randint(*REQUEUE)])
+
+    def nothing_due(self) -> str:
+        dues = [d for q in self.bank if (d := self.store.due(q.id)) is not None]
+        when = f" (next due {min(dues):%Y-%m-%d %H:%M} UTC)" if dues else ""
+        return (f"Nothing due today{when}: you are done for today. `make drill WEAKEST=1` drills your "
+                f"weakest cards anyway.")
+
+
+def filter_topic(bank: list[Question], topic: str | None) -> list[Question]:
+    """The cards of one topic (exact, case-insensitive, or a part of one topic's name)."""
+    if not topic:
+        return bank
+    wanted = topic.strip().lower()
+    matches = [t for t in TOPICS if t.lower() == wanted] or [t for t in TOPICS if wanted in t.lower()]
+    if len(matches) != 1:
+        raise DrillError(f"TOPIC must name one of {', '.join(TOPICS)}; got {topic!r}")
+    return [q for q in bank if q.topic == matches[0]]
 
 
 # ----------------------------------------------------------------------------------------------
 # Report
 
 
-def report(bank: list[Question], store: ScoreStore) -> str:
-    """Per topic: questions, how many were scored, mean of the latest scores, and the box counts."""
-    header = f"{'topic':<26}{'questions':>10}{'scored':>8}{'latest mean':>13}   boxes 0-{MAX_BOX}"
+def report(bank: list[Question], store: ScoreStore, now: dt.datetime | None = None) -> str:
+    """Per topic: questions, how many were scored, mean of the latest scores, the box counts and how many
+    are due; then the weakest cards (latest score below 2)."""
+    now = now or history.now_utc()
+    header = f"{'topic':<26}{'questions':>10}{'scored':>8}{'latest mean':>13}   boxes 0-{MAX_BOX}   due"
     lines = [header]
     for topic in TOPICS:
         qs = [q for q in bank if q.topic == topic]
@@ -193,11 +357,16 @@ def report(bank: list[Question], store: ScoreStore) -> str:
             continue
         latest = [store.history(q.id)[-1][1] for q in qs if store.history(q.id)]
         boxes = [sum(store.box(q.id) == b for q in qs) for b in range(MAX_BOX + 1)]
+        due = sum((d := store.due(q.id)) is None or d <= now for q in qs)
         mean = f"{sum(latest) / len(latest):.2f} / 2" if latest else "-"
-        lines.append(f"{topic:<26}{len(qs):>10}{len(latest):>8}{mean:>13}   {' '.join(f'{n:2d}' for n in boxes)}")
-    weakest = sorted((q for q in bank if store.history(q.id)), key=lambda q: (store.box(q.id), q.id))[:3]
-    if weakest:
-        lines.append("weakest: " + ", ".join(f"{q.id} (box {store.box(q.id)})" for q in weakest))
+        lines.append(f"{topic:<26}{len(qs):>10}{len(latest):>8}{mean:>13}   "
+                     f"{' '.join(f'{n:2d}' for n in boxes)}   {due:3d}")
+    weak = [q for q in bank if store.history(q.id) and store.history(q.id)[-1][1] < 2]
+    weakest = sorted(weak, key=lambda q: (store.history(q.id)[-1][1], store.box(q.id), q.id))[:3]
+    unseen = sum(not store.history(q.id) for q in bank)
+    lines.append("weakest: " + (", ".join(f"{q.id} (box {store.box(q.id)}, last {store.history(q.id)[-1][1]})"
+                                          for q in weakest) or "none scored below 2")
+                 + f"; never answered: {unseen} of {len(bank)}")
     return "\n".join(lines)
 
 
@@ -211,12 +380,23 @@ def wrap(text: str, indent: str = "  ") -> str:
                          break_on_hyphens=False)
 
 
-def run(bank: list[Question], store: ScoreStore, rng: random.Random, stdin=None, stdout=None,
-        clock: Callable[[], float] = time.monotonic, budget: float = BUDGET_SECONDS, limit: int | None = None) -> int:
-    """Ask questions until `q`, end of input (EOF) or Ctrl-C; returns how many were scored.
+def timing(seconds: float, budget: float, what: str) -> str:
+    """`  12 s` or `  20 s, over the 15 s budget for the one-line answer`."""
+    return f"  {seconds:.0f} s" + (f", over the {budget:.0f} s budget{what}" if seconds > budget else "")
 
-    Streams and the clock are injectable, so tests drive it without a terminal."""
+
+def run(bank: list[Question], store: ScoreStore, rng: random.Random, stdin=None, stdout=None,
+        clock: Callable[[], float] = time.monotonic, budget: float = BUDGET_SECONDS, limit: int | None = None,
+        weakest: bool = False, now: Callable[[], dt.datetime] = history.now_utc,
+        one_liner: float = ONE_LINER_SECONDS, session: Session | None = None, on_answer=None) -> int:
+    """Ask questions until `q`, end of input (EOF), Ctrl-C, `limit` questions or nothing due; returns how
+    many were scored. Per card: Enter after the one-line answer, Enter after the full answer (each prints
+    the seconds since the question, with a warning past its budget), then the model answer and a score.
+
+    Streams and the clocks are injectable, so tests drive it without a terminal. `on_answer(q, score,
+    seconds)` is called after each scored card (make interview uses it to stop at its time limit)."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    session = session or Session(bank, store, rng, weakest=weakest, now=now)
 
     def say(text: str = "") -> None:
         print(text, file=stdout, flush=True)
@@ -226,22 +406,32 @@ def run(bank: list[Question], store: ScoreStore, rng: random.Random, stdin=None,
         line = stdin.readline()
         return None if line == "" else line.strip()  # "" only at EOF; an empty answer is "\n"
 
-    scored, previous, asked = 0, None, 0
-    say(f"Discussion drill: {len(bank)} questions. Answer aloud, then press Enter to see the model answer.")
-    say("Type q (then Enter) to stop; Ctrl-D or Ctrl-C stop too. Your scores are saved after every answer.")
+    scored, asked = 0, 0
+    say(f"Discussion drill: {len(bank)} questions. Say the one-line answer (about {one_liner:.0f} s), Enter; "
+        f"then the full answer (about {budget:.0f} s), Enter; then compare with the model answer.")
+    say("Type q (then Enter) to stop; Ctrl-D or Ctrl-C stop too. Your answers are saved as you score them.")
     try:
         while limit is None or asked < limit:
-            q = draw(bank, store, rng, previous)
-            previous, asked = q.id, asked + 1
+            q = session.next()
+            if q is None:
+                say()
+                say(session.nothing_due())
+                break
+            asked += 1
             say()
             say(f"[{q.topic} | box {store.box(q.id)} | {q.id}]")
             say(wrap(q.question))
             start = clock()
-            line = ask(f"  (timer running, about {budget:.0f} s: answer aloud, then Enter) ")
+            line = ask(f"  (timer running: the one-line answer, about {one_liner:.0f} s, then Enter) ")
+            if line is None or line.lower() == "q":
+                break
+            first = clock() - start
+            say(timing(first, one_liner, " for the one-line answer"))
+            line = ask(f"  (the full answer, about {budget:.0f} s in all, then Enter) ")
             if line is None or line.lower() == "q":
                 break
             seconds = clock() - start
-            say(f"  {seconds:.0f} s" + (f", over the {budget:.0f} s budget" if seconds > budget else ""))
+            say(timing(seconds, budget, ""))
             say(wrap(q.answer))
             say(f"  Backed by {backed_by(q)}.")
             while True:
@@ -251,10 +441,15 @@ def run(bank: list[Question], store: ScoreStore, rng: random.Random, stdin=None,
                 if line == "" or line in ("0", "1", "2"):
                     break
                 say("  please type 0, 1 or 2")
-            if line:
-                box = store.record(q.id, int(line), seconds)
+            score = int(line) if line else None
+            session.answered(q, score)
+            if score is not None:
+                box = store.record(q.id, score, seconds, first_seconds=first)
                 scored += 1
-                say(f"  saved: {SCORE_MEANING[int(line)]}, now in box {box}")
+                again = " (it comes back in a few cards)" if score == 0 else ""
+                say(f"  saved: {SCORE_MEANING[score]}, now in box {box}{again}")
+                if on_answer is not None and on_answer(q, score, seconds):
+                    break
     except KeyboardInterrupt:
         say()
     return _finish(say, scored)
@@ -270,16 +465,21 @@ def _finish(say, scored: int) -> int:
 
 
 class DrillCard:
-    """A flash card: Next draws a question (Leitner), Reveal shows the model answer and its section, the
-    score buttons record 0 / 1 / 2 and draw the next one. `text()` is what the card shows, as plain text,
-    so a notebook can click the buttons from Python (`card.next_button.click()`) and print the result."""
+    """A flash card: Next draws a question (the session's schedule), Reveal shows the model answer, its
+    section and the seconds since the question appeared, the score buttons record 0 / 1 / 2 (with those
+    seconds) and draw the next one. `text()` is what the card shows, as plain text, so a notebook can click
+    the buttons from Python (`card.next_button.click()`) and print the result. The clock is injectable;
+    the elapsed time is shown on reveal (a ticking label would need a thread in the kernel)."""
 
-    def __init__(self, bank: list[Question], store: ScoreStore, rng: random.Random):
+    def __init__(self, bank: list[Question], store: ScoreStore, rng: random.Random, weakest: bool = False,
+                 clock: Callable[[], float] = time.monotonic, now: Callable[[], dt.datetime] = history.now_utc):
         import ipywidgets as widgets
 
-        self.bank, self.store, self.rng = bank, store, rng
+        self.bank, self.store, self.rng, self.clock = bank, store, rng, clock
+        self.session = Session(bank, store, rng, weakest=weakest, now=now)
         self.current: Question | None = None
         self.revealed = False
+        self.started = self.seconds = None
         self.status = f"{len(bank)} questions. Press Next."
         self.view = widgets.HTML()
         self.next_button = widgets.Button(description="Next", button_style="primary")
@@ -294,24 +494,35 @@ class DrillCard:
         self._render()
 
     def next(self) -> None:
-        self.current = draw(self.bank, self.store, self.rng, self.current.id if self.current else None)
+        if self.current is not None:
+            self.session.answered(self.current, None)  # Next without a score skips the card
+        self._draw()
+
+    def _draw(self) -> None:
+        self.current = self.session.next()
         self.revealed = False
-        self.status = "Answer aloud, then Reveal."
+        self.started, self.seconds = self.clock(), None
+        self.status = (f"Answer aloud: the one-liner within {ONE_LINER_SECONDS} s, the full answer within "
+                       f"{BUDGET_SECONDS} s; then Reveal." if self.current else self.session.nothing_due())
         self._render()
 
     def reveal(self) -> None:
         if self.current is not None:
             self.revealed = True
-            self.status = "Score yourself."
+            self.seconds = self.clock() - self.started
+            over = f", over the {BUDGET_SECONDS} s budget" if self.seconds > BUDGET_SECONDS else ""
+            self.status = f"Revealed after {self.seconds:.0f} s{over}. Score yourself."
             self._render()
 
     def score(self, value: int) -> None:
         if self.current is None or not self.revealed:
             return
-        box = self.store.record(self.current.id, value)
+        box = self.store.record(self.current.id, value, self.seconds)
         scored = self.current.id
-        self.next()
+        self.session.answered(self.current, value)
+        self._draw()
         self.status = f"Saved {value} for {scored} (now box {box}). " + self.status
+        self._render()
 
     def text(self) -> str:
         """What the card shows, as plain text."""

@@ -3,17 +3,20 @@
   - the bank: at least 30 questions over the issue's topics, each with a model answer, and every cited
     section exists as a `## K.` heading of notebooks/py/NN_*.py (06 and 07 included: those tests fail
     until the notebooks land);
-  - the Leitner schedule: box moves, draw weights, and the draw itself with a fixed seed;
-  - the terminal loop on injected streams: scores saved, EOF and Ctrl-C end it cleanly;
+  - the schedule: box moves, unseen cards first, due dates by box, a 0 back after 3-5 cards, a corrected
+    answer is a new card, weakest first, a topic filter, and the draw itself with a fixed seed;
+  - the answers log: two writers never lose each other's answers, an old scores file is read once;
+  - the terminal loop on injected streams: scores and seconds saved, EOF and Ctrl-C end it cleanly;
   - the card widget: its buttons clicked from Python.
 Scores go to tmp_path or memory only: nothing touches practice/.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import io
 import json
-import math
 import random
 from collections import Counter
 
@@ -90,12 +93,12 @@ def test_duplicate_ids_are_refused(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Leitner schedule
+# The schedule
 
 
 @pytest.mark.parametrize("box, score, expected", [
     (0, 2, 1), (3, 2, 4), (drill.MAX_BOX, 2, drill.MAX_BOX),  # knew it: up one box, at most MAX_BOX
-    (0, 1, 0), (3, 1, 3),  # partly: stay
+    (0, 1, 0), (3, 1, 2),  # partly: down one box
     (0, 0, 0), (3, 0, 0), (drill.MAX_BOX, 0, 0),  # did not know it: back to box 0
 ])
 def test_box_moves(box, score, expected):
@@ -104,7 +107,7 @@ def test_box_moves(box, score, expected):
 
 def test_store_moves_boxes_and_keeps_the_history():
     store = drill.ScoreStore(None)
-    assert [store.record("q", s) for s in (2, 2, 1, 2, 0, 2)] == [1, 2, 2, 3, 0, 1]
+    assert [store.record("q", s) for s in (2, 2, 1, 2, 0, 2)] == [1, 2, 1, 2, 0, 1]
     assert [h[1] for h in store.history("q")] == [2, 2, 1, 2, 0, 2]
     with pytest.raises(ValueError):
         store.record("q", 3)
@@ -126,44 +129,165 @@ def test_draw_is_deterministic_for_a_seed_and_never_repeats():
     assert all(x != y for x, y in zip(a, a[1:], strict=False))
 
 
-def test_draw_favours_the_lowest_boxes_with_a_fixed_seed():
-    """Three questions in boxes 0, 1 and 4 (the rest of the bank mastered): draw frequencies follow 2^-box."""
-    store = drill.ScoreStore(None)
-    for q in BANK:
-        store.data["questions"][q.id] = {"box": drill.MAX_BOX, "history": []}
-    low, mid = BANK[0].id, BANK[1].id
-    store.data["questions"][low]["box"], store.data["questions"][mid]["box"] = 0, 1
-    rng, n = random.Random(0), 20000
-    counts = Counter(drill.draw(BANK, store, rng).id for _ in range(n))
-    total = sum(drill.weight(store.box(q.id)) for q in BANK)
-    for qid, box in ((low, 0), (mid, 1), (BANK[2].id, drill.MAX_BOX)):
-        p = drill.weight(box) / total
-        assert abs(counts[qid] / n - p) <= 5 * math.sqrt(p * (1 - p) / n), (qid, counts[qid] / n, p)
-    assert counts[low] > counts[mid] > counts[BANK[2].id]
+T0 = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)
 
 
-def test_scoring_a_question_low_brings_it_back_sooner():
-    """After one pass where everything else was known, the question scored 0 is the most likely next one."""
+def day(n: float) -> dt.datetime:
+    return T0 + dt.timedelta(days=n)
+
+
+def test_unseen_cards_come_first_until_the_bank_is_covered_once():
+    """A session of len(BANK) cards asks every card exactly once, whatever the seed."""
+    for seed in range(3):
+        store = drill.ScoreStore(None)
+        session = drill.Session(BANK, store, random.Random(seed), now=lambda: T0)
+        asked = []
+        for _ in range(len(BANK)):
+            q = session.next()
+            asked.append(q.id)
+            store.record(q.id, 2, when=T0)
+            session.answered(q, 2)
+        assert sorted(asked) == sorted(q.id for q in BANK)
+
+
+def test_unseen_beats_a_due_card_and_due_dates_follow_the_box():
     store = drill.ScoreStore(None)
+    a, b = BANK[0].id, BANK[1].id
+    store.record(a, 0, when=T0)
+    assert drill.draw(BANK, store, random.Random(0), now=T0).id != a  # unseen cards first
+    assert [drill.interval(k).days for k in range(drill.MAX_BOX + 1)] == [0, 1, 2, 4, 8]
     for q in BANK:
-        store.record(q.id, 2)
-    store.record(BANK[5].id, 0)
-    weights = {q.id: drill.weight(store.box(q.id)) for q in BANK}
-    assert max(weights, key=weights.get) == BANK[5].id and weights[BANK[5].id] == 2 * weights[BANK[6].id]
+        store.record(q.id, 2, when=T0)  # everything in box 1: due a day later
+    store.record(a, 2, when=T0)  # box 2: due two days later
+    store.record(b, 1, when=T0)  # box 0: due at once
+    assert store.box(a) == 2 and store.box(b) == 0 and store.due(a) == day(2)
+    assert drill.draw(BANK, store, random.Random(0), now=day(0.5)).id == b
+    assert drill.draw(BANK, store, random.Random(0), previous=b, now=day(0.5)) is None  # nothing else due
+    assert drill.draw(BANK, store, random.Random(0), previous=b, now=day(1)).id not in (a, b)
+    assert drill.draw(BANK[:1], store, random.Random(0), now=day(1.9)) is None
+    assert drill.draw(BANK[:1], store, random.Random(0), now=day(2)).id == a
+    assert drill.draw(BANK[:3], store, random.Random(0), now=day(2), exclude={b}).id == BANK[2].id  # lowest box first
+
+
+def test_a_zero_comes_back_within_the_session_after_3_to_5_cards():
+    gaps = set()
+    for seed in range(30):
+        store = drill.ScoreStore(None)
+        session = drill.Session(BANK, store, random.Random(seed), now=lambda: T0)
+        first = session.next()
+        store.record(first.id, 0, when=T0)
+        session.answered(first, 0)
+        for n in range(1, 8):
+            q = session.next()
+            if q.id == first.id:
+                gaps.add(n - 1)
+                break
+            store.record(q.id, 2, when=T0)
+            session.answered(q, 2)
+        else:
+            raise AssertionError(f"seed {seed}: the card scored 0 did not come back within 7 cards")
+    assert gaps <= {3, 4, 5} and len(gaps) >= 2, gaps
+
+
+def test_nothing_due_says_so_in_the_terminal():
+    store = drill.ScoreStore(None)
+    bank = BANK[:3]
+    for q in bank:
+        store.record(q.id, 2, when=T0)
+    out = io.StringIO()
+    scored = drill.run(bank, store, random.Random(0), stdin=io.StringIO(""), stdout=out, clock=Clock(),
+                       now=lambda: T0 + dt.timedelta(hours=2))
+    assert scored == 0
+    assert f"Nothing due today (next due {day(1):%Y-%m-%d %H:%M} UTC)" in out.getvalue()
+
+
+def test_a_corrected_answer_makes_the_card_new_again():
+    q = BANK[0]
+    store = drill.ScoreStore(None, [q])
+    for _ in range(3):
+        store.record(q.id, 2, when=T0)
+    assert store.box(q.id) == 3
+    corrected = dataclasses.replace(q, answer=q.answer + " A corrected sentence.")
+    assert drill.answer_hash(corrected) != drill.answer_hash(q)
+    assert drill.answer_hash(dataclasses.replace(q, answer=q.answer.replace(" ", "\n  "))) == drill.answer_hash(q)
+    again = drill.ScoreStore(None, [corrected])
+    again.events = store.events
+    assert again.box(q.id) == 0 and again.history(q.id) == [] and again.due(q.id) is None
+
+
+def test_weakest_first_ignores_due_dates():
+    store = drill.ScoreStore(None)
+    bank = BANK[:4]
+    scores = {bank[0].id: (2, 2), bank[1].id: (2, 1), bank[2].id: (0,)}
+    for qid, seq in scores.items():
+        for s in seq:
+            store.record(qid, s, when=T0)
+    session = drill.Session(bank, store, random.Random(0), weakest=True, now=lambda: T0)
+    order = []
+    for _ in bank:
+        q = session.next()
+        order.append(q.id)
+        session.answered(q, None)
+    assert order == [bank[2].id, bank[1].id, bank[0].id, bank[3].id]
+
+
+def test_topic_filter():
+    kl = drill.filter_topic(BANK, "kl vs clipping")
+    assert kl and {q.topic for q in kl} == {"KL vs clipping"}
+    assert drill.filter_topic(BANK, "baseline") == [q for q in BANK if q.topic == "group baseline vs critic"]
+    assert drill.filter_topic(BANK, None) is BANK
+    with pytest.raises(drill.DrillError, match="TOPIC must name one of"):
+        drill.filter_topic(BANK, "nope")
+
+
+def test_make_drill_topic_asks_only_that_topic(tmp_path):
+    out = io.StringIO()
+    assert cli.main(["drill", "--seed", "0", "--topic", "stabilisers", "--scores", str(tmp_path / "log.jsonl")],
+                    stdin=io.StringIO("\n\n2\n\n\n1\nq\n"), stdout=out) == 0
+    asked = [line.split("|")[-1].strip(" ]") for line in out.getvalue().splitlines() if line.startswith("[")]
+    assert len(asked) == 3 and all(q.topic == "stabilisers" for q in BANK if q.id in asked)
 
 
 # ----------------------------------------------------------------------------------------------
-# Scores file
+# The answers log
 
 
 def test_scores_round_trip_through_the_file(tmp_path):
-    path = tmp_path / "practice" / "drill_scores.json"
+    path = tmp_path / "practice" / "history.jsonl"
     store = drill.ScoreStore(path)
-    store.record(BANK[0].id, 2, seconds=12.34)
+    store.record(BANK[0].id, 2, seconds=12.34, first_seconds=4.04)
     again = drill.ScoreStore(path)
     assert again.box(BANK[0].id) == 1
     assert again.history(BANK[0].id)[0][1:] == [2, 12.3]
-    assert json.loads(path.read_text())["version"] == 1
+    event = json.loads(path.read_text().splitlines()[0])
+    assert event["kind"] == "drill" and event["card"] == BANK[0].id and event["topic"] == BANK[0].topic
+    assert event["hash"] == drill.answer_hash(BANK[0]) and event["first_seconds"] == 4.0
+    assert event["t"].endswith("Z")
+
+
+def test_terminal_and_card_never_lose_each_others_answers(tmp_path):
+    path = tmp_path / "history.jsonl"
+    terminal, card = drill.ScoreStore(path), drill.ScoreStore(path)
+    terminal.record(BANK[0].id, 2)
+    card.record(BANK[1].id, 0)
+    terminal.record(BANK[2].id, 1)
+    assert len(path.read_text().splitlines()) == 3
+    for store in (terminal, card, drill.ScoreStore(path)):
+        store.refresh()
+        assert [len(store.history(q.id)) for q in BANK[:3]] == [1, 1, 1]
+
+
+def test_an_old_scores_file_is_read_once_and_kept(tmp_path):
+    legacy, path = tmp_path / "drill_scores.json", tmp_path / "history.jsonl"
+    old = {"version": 1, "questions": {BANK[0].id: {"box": 2, "history": [["2026-01-01T10:00:00+00:00", 2, 30.0],
+                                                                          ["2026-01-02T10:00:00+00:00", 2, None]]},
+                                       "gone-card": {"box": 1, "history": [["2026-01-01T10:00:00+00:00", 2, 5]]}}}
+    legacy.write_text(json.dumps(old))
+    store = drill.ScoreStore(path, BANK, legacy=legacy)
+    assert store.box(BANK[0].id) == 2 and store.history(BANK[0].id)[0] == ["2026-01-01T10:00:00Z", 2, 30.0]
+    drill.ScoreStore(path, BANK, legacy=legacy)  # a second run copies nothing more
+    assert drill.ScoreStore(path, BANK).box(BANK[0].id) == 2 and len(path.read_text().splitlines()) == 3
+    assert json.loads(legacy.read_text()) == old
 
 
 def test_memory_store_writes_nothing(tmp_path, monkeypatch):
@@ -174,7 +298,7 @@ def test_memory_store_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_a_corrupt_scores_file_is_one_clear_line(tmp_path, capsys):
-    path = tmp_path / "drill_scores.json"
+    path = tmp_path / "history.jsonl"
     path.write_text("{not json")
     with pytest.raises(drill.DrillError, match="not a drill scores file"):
         drill.ScoreStore(path)
@@ -207,8 +331,9 @@ def run(stdin_text, store=None, seed=0, clock=None, **kw):
 
 
 def test_terminal_round_trip_saves_scores():
-    # question 1: Enter reveals, score 2; question 2: Enter, a typo, then 0; question 3: Enter, skip; then q
-    scored, store, text = run("\n2\n\nx\n0\n\n\nq\n")
+    # question 1: Enter (one-liner), Enter (full answer), score 2; question 2: Enter, Enter, a typo, then 0;
+    # question 3: Enter, Enter, skip; then q
+    scored, store, text = run("\n\n2\n\n\nx\n0\n\n\n\nq\n")
     assert scored == 2
     asked = [line.split("|")[-1].strip(" ]") for line in text.splitlines() if line.startswith("[")]
     assert len(asked) == 4 and len(set(asked[:3])) == 3
@@ -229,12 +354,22 @@ def test_reveal_shows_the_answer_and_the_resolved_section():
 
 def test_timer_reports_the_time_taken_and_the_budget():
     _, _, text = run("\n\nq\n", clock=Clock(0.0, 120.0), budget=90)
-    assert "  120 s, over the 90 s budget" in text
+    assert "  120 s, over the 90 s budget\n" in text
     _, _, text = run("\n\nq\n", clock=Clock(0.0, 42.0), budget=90)
     assert "  42 s\n" in text
 
 
-@pytest.mark.parametrize("stdin_text", ["", "\n", "\n2\n", "\n2\n\n"])
+def test_countdown_warns_for_the_one_liner_and_records_both_times():
+    scored, store, text = run("\n\n1\nq\n", clock=Clock(0.0, 20.0, 50.0))
+    assert "  20 s, over the 15 s budget for the one-line answer\n" in text and "  70 s\n" in text
+    assert scored == 1
+    event = store.events[0]
+    assert (event["first_seconds"], event["seconds"]) == (20.0, 70.0)
+    _, _, text = run("\n\nq\n", clock=Clock(0.0, 9.0, 30.0))
+    assert "  9 s\n" in text and "over" not in text
+
+
+@pytest.mark.parametrize("stdin_text", ["", "\n", "\n\n", "\n\n2\n", "\n\n2\n\n"])
 def test_end_of_input_stops_cleanly(stdin_text):
     scored, store, text = run(stdin_text)
     assert scored == stdin_text.count("2")
@@ -249,9 +384,9 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_scored(tmp_path):
                 raise KeyboardInterrupt
             return line
 
-    path = tmp_path / "scores.json"
+    path = tmp_path / "history.jsonl"
     store, out = drill.ScoreStore(path), io.StringIO()
-    scored = drill.run(BANK, store, random.Random(0), stdin=Interrupting("\n1\n\n"), stdout=out, clock=Clock())
+    scored = drill.run(BANK, store, random.Random(0), stdin=Interrupting("\n\n1\n\n\n"), stdout=out, clock=Clock())
     assert scored == 1
     assert "Stopped: 1 answer scored" in out.getvalue()
     assert sum(len(drill.ScoreStore(path).history(q.id)) for q in BANK) == 1
@@ -269,15 +404,15 @@ def test_report_per_topic(tmp_path):
     row = next(line for line in lines if line.startswith("ratio clipping"))
     n = len(clipping)
     assert row.split()[2:5] == [str(n), "2", "1.50"]
-    assert row.split()[-5:] == [str(n - 1), "1", "0", "0", "0"]
+    assert row.split()[-6:] == [str(n - 1), "1", "0", "0", "0", str(n - 1)]  # boxes 0-4, then due now
     assert {line.split("  ")[0] for line in lines[1:-1]} == set(drill.TOPICS)
-    assert lines[-1].startswith("weakest: ")
+    assert lines[-1] == f"weakest: {clipping[1].id} (box 0, last 1); never answered: {len(BANK) - 2} of {len(BANK)}"
 
 
 def test_main_runs_the_drill_on_given_streams(tmp_path):
     path = tmp_path / "scores.json"
     out = io.StringIO()
-    assert cli.main(["drill", "--seed", "1", "--scores", str(path)], stdin=io.StringIO("\n2\nq\n"), stdout=out) == 0
+    assert cli.main(["drill", "--seed", "1", "--scores", str(path)], stdin=io.StringIO("\n\n2\nq\n"), stdout=out) == 0
     assert sum(len(drill.ScoreStore(path).history(q.id)) for q in BANK) == 1
 
 
@@ -319,3 +454,20 @@ def test_card_draw_is_seeded():
         return ids
 
     assert first_three(0) == first_three(0)
+
+
+def test_card_records_the_seconds_shown_on_reveal_and_requeues_a_zero():
+    store = drill.ScoreStore(None)
+    card = drill.DrillCard(BANK, store, random.Random(0), clock=Clock(0.0, 95.0, 0.0), now=lambda: T0)
+    card.next_button.click()
+    first = card.current
+    card.reveal_button.click()
+    assert card.status == "Revealed after 95 s, over the 90 s budget. Score yourself."
+    card.score_buttons[0].click()
+    assert store.history(first.id)[0][1:] == [0, 95.0]
+    seen = [card.current.id]
+    for _ in range(5):
+        card.reveal_button.click()
+        card.score_buttons[2].click()
+        seen.append(card.current.id)
+    assert first.id in seen[3:]

@@ -3,7 +3,9 @@
 A Case is one input: `yours(module)` computes the learner's value, `expected` is the spec's, `same` compares
 them. `run_sentence` runs a sentence's cases smallest first and returns an Outcome: a pass, or the first
 failing case with both values rendered by `show` (the Tensor-Puzzles habit). Whatever the learner's code
-raises becomes a printed value (`Raised`); each call runs under the mock grader's per-test time limit.
+raises becomes a printed value (`Raised`), exits and interrupts included; each call runs under the mock
+grader's per-test time limit. An Outcome whose code left the sandbox's rules (exited, hung, ran out of
+memory: `sandbox.breach`) carries that in `breach`: the file then cannot be graded.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Outcome:
     case: str = ""
     yours: str = ""
     expected: str = ""
+    breach: str = ""  # e.g. "did not return within the 5 s time limit (an endless loop?)": cannot be graded
 
 
 class Raised:
@@ -74,16 +77,23 @@ def show(value: Any) -> str:
 
 
 def call(fn: Callable[[], Any]) -> Any:
-    """fn() or the exception it raised, as a Raised value (never raises, except KeyboardInterrupt)."""
+    """fn() or the exception it raised, as a Raised value (never raises: sys.exit, os._exit in the grading
+    child and KeyboardInterrupt become values too, which `breach_of` recognises)."""
     try:
         return fn()
-    except Exception as error:  # the learner's code may raise anything: it becomes the printed value
+    except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything: it becomes the value
         return Raised(error)
 
 
-def timed(fn: Callable[[types.ModuleType], Any], module: types.ModuleType) -> Any:
+def breach_of(value: Any) -> str:
+    """sandbox.breach of a Raised value ('' for anything else)."""
+    return (sandbox.breach(value.error) or "") if isinstance(value, Raised) else ""
+
+
+def timed(fn: Callable[[types.ModuleType], Any], module: types.ModuleType, what: str = "a graded case",
+          seconds: float | None = None) -> Any:
     """fn(module) under the mock grader's per-test time limit (an endless loop must not hang the grader)."""
-    with sandbox.limited(sandbox.TEST_SECONDS):
+    with sandbox.limited(sandbox.TEST_SECONDS if seconds is None else seconds, what):
         return fn(module)
 
 
@@ -117,9 +127,13 @@ def run_sentence(sentence_title: str, key: str, funcs: tuple[str, ...], cases: l
                  module: types.ModuleType) -> Outcome:
     """The first case (smallest first) whose value differs from the expected one, or a pass."""
     for case in cases:
-        yours = call(lambda c=case: timed(c.yours, module))
+        yours = call(lambda c=case: timed(c.yours, module, f"{'+'.join(funcs)} on {c.label}"))
         if not_implemented(yours):
             return Outcome(key, funcs, sentence_title, False, True, case.label, show(yours), NOT_WRITTEN)
+        if breach_of(yours):
+            expected = case.show_expected or show(case.expected)
+            return Outcome(key, funcs, sentence_title, False, False, case.label, show(yours), expected,
+                           breach_of(yours))
         ok = call(lambda c=case, y=yours: bool(c.same(y, c.expected)))
         if ok is not True:
             expected = case.show_expected or show(case.expected)

@@ -7,7 +7,14 @@
 - the pytest session: `run_tests` runs the catalog tests (tests/test_catalog.py, `test_Bn_*`) and the spec
   tests (tests/test_spec.py) parametrized over several modules, each test under the time limit, through
   `GradePlugin`, which re-runs a test on a module's baseline only where the module failed it;
-- `run_forked`: a function in a forked process, its result sent back through a pipe, under a time limit.
+- `run_forked`: a function in a forked process, its result sent back through a pipe. The child runs with
+  an address-space limit (MEMORY_BYTES more than the grader's own: torch then raises RuntimeError "can't
+  allocate memory" at once instead of growing to the OOM killer), with `os._exit` raising `Exited`, and
+  with a deadline the parent watches: every time limit (`time_limit`, each graded test) also writes its
+  deadline to shared memory, and the parent kills the child when it passes by WATCHDOG_GRACE seconds
+  (graded code that cancels or ignores SIGALRM, or a long torch op SIGALRM cannot interrupt);
+- `breach`: the one line for graded code that left the sandbox's rules (exited, interrupted, hung, ran
+  out of memory): such a file cannot be graded.
 Every bad input becomes `CannotGrade`: one clear line for the user, exit code 2, nothing written.
 """
 
@@ -18,9 +25,11 @@ import inspect
 import multiprocessing
 import os
 import re
+import resource
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 from pathlib import Path
@@ -30,6 +39,10 @@ from workbook import catalog
 ROOT = catalog.ROOT
 TEST_SECONDS = 5.0
 """time limit of one test, of importing the file, and of the short training run"""
+MEMORY_BYTES = 2 * 2**30
+"""address space graded code may add to the grading process's own (RLIMIT_AS in the forked child)"""
+WATCHDOG_GRACE = 2.0
+"""seconds past a time limit after which the parent kills the child (the alarm did not stop the code)"""
 CATALOG_TESTS, SPEC_TESTS = "tests/test_catalog.py", "tests/test_spec.py"
 CATALOG_TEST = re.compile(r"^test_B\d")
 """catalog tests are the test_Bn_* of test_catalog.py; its meta-tests (test_catalog_is_proved, ...) are not graded"""
@@ -41,6 +54,40 @@ class CannotGrade(Exception):
 
 class TimeLimit(Exception):
     """Raised by SIGALRM inside code that has run longer than its time limit."""
+
+
+class Exited(BaseException):
+    """Raised in the grading child in place of os._exit(...), and by the grader in place of a
+    KeyboardInterrupt out of graded code (which pytest would take as the user stopping the session)."""
+
+
+_REAL_EXIT = os._exit
+
+
+def _learner_exit(code=0):
+    raise Exited(f"os._exit({code}) called")
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "not enough memory" in str(exc)))
+
+
+def breach(exc: BaseException) -> str | None:
+    """What graded code did wrong beyond a wrong answer, as the end of a sentence ('grpo_loss ' + it), or
+    None for an ordinary exception: it exited (sys.exit, exit(), quit(), SystemExit, os._exit), raised
+    KeyboardInterrupt, ran past its time limit, or ran out of memory. Such a file cannot be graded."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r}) (or exit(), quit(), raise SystemExit): graded code must return, not exit"
+    if isinstance(exc, KeyboardInterrupt):
+        return "raised KeyboardInterrupt: graded code must return, not interrupt the grader"
+    if isinstance(exc, Exited):
+        return f"{exc}: graded code must return, not exit"
+    if isinstance(exc, TimeLimit):
+        return f"gave {exc} (an endless loop?)"
+    if _is_out_of_memory(exc):
+        return f"ran out of memory (the grader allows {MEMORY_BYTES / 2**30:g} GiB)"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,24 +141,29 @@ def api_problem(module: types.ModuleType, base: types.ModuleType, path: str) -> 
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float):
+def time_limit(seconds: float, what: str = "the graded code"):
+    """Raise TimeLimit in the code of the block after `seconds` (SIGALRM; main thread only). In a run_forked
+    child the parent also kills the process WATCHDOG_GRACE seconds later, should the alarm not stop it."""
+
     def on_alarm(signum, frame):
         raise TimeLimit(f"no answer within the {seconds:g} s time limit")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
+    watched = _arm(seconds, what)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        _disarm(watched)
 
 
 @contextlib.contextmanager
-def limited(seconds: float):
+def limited(seconds: float, what: str = "the graded code"):
     """time_limit (SIGALRM), only where signals work: the main thread."""
     if threading.current_thread() is threading.main_thread():
-        with time_limit(seconds):
+        with time_limit(seconds, what):
             yield
     else:
         yield
@@ -125,7 +177,12 @@ def failure(exc: BaseException, filename: str) -> dict:
         if frame.f_code.co_filename == filename:
             where = (frame.f_code.co_name, line)
     message = (str(exc).strip().splitlines() or [""])[0][:160]
-    return dict(type=type(exc).__name__, message=message, where=where, user=isinstance(exc, Exception))
+    broke = breach(exc)
+    if broke and not isinstance(exc, TimeLimit):
+        message = broke
+    # user: raised by the graded code (pytest's own outcomes, e.g. skip, are BaseExceptions; so are exits)
+    user = isinstance(exc, (Exception, SystemExit, KeyboardInterrupt, Exited))
+    return dict(type=type(exc).__name__, message=message, where=where, user=user, breach=broke)
 
 
 def warm_up():
@@ -140,6 +197,12 @@ def warm_up():
 
 # ----------------------------------------------------------------------------------------------
 # The pytest session
+
+
+def _hookimpl_wrapper(fn):
+    import pytest
+
+    return pytest.hookimpl(wrapper=True)(fn)
 
 
 class GradePlugin:
@@ -192,11 +255,23 @@ class GradePlugin:
         return True
 
     def pytest_runtest_setup(self, item):
+        signal.signal(signal.SIGALRM, _raise_time_limit)  # the graded file may have replaced the handler
         signal.setitimer(signal.ITIMER_REAL, TEST_SECONDS)
+        spec_test = item.path.name == Path(SPEC_TESTS).name
+        _arm(TEST_SECONDS, self.test_id(item) if spec_test else "a catalog test")  # its name would name a bug
+
+    @_hookimpl_wrapper
+    def pytest_runtest_call(self, item):
+        """A KeyboardInterrupt out of graded code fails its test (pytest would end the session on it)."""
+        try:
+            return (yield)
+        except KeyboardInterrupt as e:
+            raise Exited("KeyboardInterrupt raised") from e
 
     def pytest_runtest_makereport(self, item, call):
         if call.when == "call" or call.excinfo is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm(None)
         if call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
             return
         variant, test = self.variant(item), self.test_id(item)
@@ -246,35 +321,109 @@ def run_tests(modules: dict[str, types.ModuleType], files: dict[str, str]) -> tu
 # The forked process
 
 
-def _forked(target, data, send) -> None:
-    sys.dont_write_bytecode = True  # importing a graded file must not write practice/__pycache__
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    if not os.environ.get("PRACTICE_DEBUG"):
-        os.dup2(devnull, 1)  # the graded code may print: only the pipe carries results
-        os.dup2(devnull, 2)
-    os.chdir(ROOT)
-    send.send(target(data))
-    send.close()
+_deadline = None  # in a run_forked child: (shared monotonic deadline or 0, shared name of what runs)
+
+
+def _arm(seconds: float, what: str):
+    """Tell the parent (if any) that `what` must be done within `seconds`; returns the previous deadline."""
+    if _deadline is None:
+        return None
+    value, name = _deadline
+    previous = (value.value, name.value)
+    name.value = what.encode()[:255]
+    value.value = time.monotonic() + seconds
+    return previous
+
+
+def _disarm(previous) -> None:
+    if _deadline is not None:
+        value, name = _deadline
+        value.value, name.value = previous if previous else (0.0, b"")
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def limit_memory(extra: int = MEMORY_BYTES) -> None:
+    """Cap this process's address space at its current size plus `extra` bytes (soft and hard: graded code
+    cannot lift it). A larger allocation then fails at once (torch: RuntimeError, Python: MemoryError)."""
+    with contextlib.suppress(OSError, ValueError):
+        cap = _address_space() + extra
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _forked(target, data, send, deadline) -> None:
+    global _deadline
+    code = 0
+    try:
+        _deadline = deadline
+        os._exit = _learner_exit  # graded code's os._exit(...) raises Exited (the child exits through _REAL_EXIT)
+        sys.dont_write_bytecode = True  # importing a graded file must not write practice/__pycache__
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if not os.environ.get("PRACTICE_DEBUG"):
+            os.dup2(devnull, 1)  # the graded code may print: only the pipe carries results
+            os.dup2(devnull, 2)
+        os.chdir(ROOT)
+        limit_memory()
+        result = target(data)
+        _disarm(None)
+        send.send(result)
+    except BaseException as e:  # noqa: BLE001 - whatever escapes becomes the one line the parent prints
+        code = 1
+        with contextlib.suppress(BaseException):
+            broke = breach(e)
+            send.send(f"ended without a result: the graded code {broke}" if broke
+                      else f"ended without a result: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}")
+    finally:
+        with contextlib.suppress(BaseException):
+            send.close()
+        _REAL_EXIT(code)
 
 
 def run_forked(target, data, limit: float):
-    """target(data) in a forked process (stdout and stderr silenced, unless PRACTICE_DEBUG is set): its
-    result, or a str saying why there is none (the time limit, or how the process ended)."""
+    """target(data) in a forked process (stdout and stderr silenced, unless PRACTICE_DEBUG is set; memory
+    limited to MEMORY_BYTES more than now): its result, or a str saying why there is none: the whole run
+    took longer than `limit` seconds, a time limit inside it could not stop the code (the parent's wall
+    clock kills the child WATCHDOG_GRACE seconds after any deadline the child armed), or how the child ended
+    (an exit code, or the signal that killed it)."""
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_forked, args=(target, data, send), daemon=True)
+    deadline = (context.Value("d", 0.0, lock=False), context.Array("c", 256, lock=False))
+    process = context.Process(target=_forked, args=(target, data, send, deadline), daemon=True)
+    start = time.monotonic()
     process.start()
     send.close()
-    result, received = None, False
-    if receive.poll(limit):
-        with contextlib.suppress(EOFError):
-            result, received = receive.recv(), True
+    result, received, killed = None, False, None
+    while True:
+        if receive.poll(0.05):
+            with contextlib.suppress(EOFError, OSError):
+                result, received = receive.recv(), True
+            break
+        now, armed = time.monotonic(), deadline[0].value
+        if armed and now > armed + WATCHDOG_GRACE:
+            what = deadline[1].value.decode(errors="replace") or "the graded code"
+            killed = (f"was stopped: {what} ran past its time limit and the alarm did not stop it (did the file "
+                      f"cancel or ignore SIGALRM?)")
+        elif now > start + limit:
+            killed = f"took longer than its time limit ({limit:g} s)"
+        if killed:
+            process.kill()
+            break
+        if not process.is_alive() and not receive.poll(0.05):
+            break
     process.join(5)
     if process.is_alive():
         process.kill()
         process.join()
     if received:
         return result
-    if process.exitcode in (None, -signal.SIGKILL):
-        return "took longer than its time limit"
-    return f"ended without a result (exit code {process.exitcode}: did the file exit or crash the interpreter?)"
+    if killed:
+        return killed
+    code = process.exitcode
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        oom = " (the out-of-memory killer?)" if -code == signal.SIGKILL else ""
+        return f"ended without a result: the process was killed by {name}{oom}"
+    return f"ended without a result (exit code {code}: did the file exit or crash the interpreter?)"

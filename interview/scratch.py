@@ -109,12 +109,23 @@ def new_scratch(funcs=None, out_dir: Path | str | None = None) -> Path:
     return path
 
 
-def declared_funcs(source: str) -> tuple[str, ...]:
-    """The functions the file's `# scratch-funcs:` line names (the spec's three if the line is gone)."""
+def declared_funcs(source: str) -> tuple[str, ...] | None:
+    """The functions the file's `# scratch-funcs:` line names; None if the line is gone (the grader refuses
+    such a file: graded on the spec's three alone, a file with other sites still stubbed would pass)."""
     for line in source.splitlines():
         if line.startswith(FUNCS_HEADER):
             return parse_funcs(line[len(FUNCS_HEADER):])
-    return SPEC_FUNCS
+    return None
+
+
+def graded_funcs(source: str, declared: tuple[str, ...]) -> tuple[str, ...]:
+    """The sites to grade, in catalog order: those the `# scratch-funcs:` line names, plus every catalog site
+    still stubbed in the file or written differently from the hand-out (a line trimmed by hand cannot hide
+    a stub or a rewritten function from the grader)."""
+    mine, handout = function_nodes(source), function_nodes(handout_source())
+    touched = {f for f in SITES if f in mine and f in handout
+               and (is_stub(mine[f]) or ast.dump(mine[f]) != ast.dump(handout[f]))}
+    return tuple(f for f in SITES if f in declared or f in touched)
 
 
 def is_stub(node: ast.FunctionDef) -> bool:

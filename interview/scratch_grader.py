@@ -9,15 +9,22 @@ catalog tests that name their bug (tests/test_catalog.py). When no stub raises N
 the learner's functions train the default run, and the final reward is printed beside the fixed twin's.
 Exit codes (0 all pass, 1 some fail, 2 cannot grade) and the bad-input handling (one `cannot grade ...`
 line on stderr: missing file, syntax error, import error, a public function renamed or its signature
-changed) are the mock grader's, through the same sandbox (interview/sandbox.py).
+changed, the `# scratch-funcs:` line gone) are the mock grader's, through the same sandbox
+(interview/sandbox.py): `grade` and `grade_outcomes` run the learner's code in a forked child with a time
+limit per case and a memory limit. Code that exits (sys.exit, os._exit, exit(), quit(), SystemExit,
+KeyboardInterrupt), runs past its time limit or out of memory (`sandbox.breach`) fails its case, the
+sentences that need that function again are not run (one hang costs one time limit), and `grade` prints one
+`cannot grade ...` line and exits 2.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import itertools
 import logging
+import os
 import re
 import sys
 import time
@@ -28,16 +35,28 @@ import torch
 
 import grpo_support
 from interview import sandbox
-from interview.checks import NOT_WRITTEN, Outcome, Raised, call, not_implemented, quiet_torch, run_sentence, show, timed
+from interview.checks import (
+    NOT_WRITTEN,
+    Outcome,
+    Raised,
+    breach_of,
+    call,
+    not_implemented,
+    quiet_torch,
+    run_sentence,
+    show,
+    timed,
+)
 from interview.sandbox import CannotGrade
-from interview.scratch import FUNCS_HEADER, SITES, SPEC_FUNCS, declared_funcs, handout_source, is_stub
+from interview.scratch import FUNCS_HEADER, SITES, SPEC_FUNCS, declared_funcs, graded_funcs, handout_source, is_stub
 from interview.spec_cases import CASES, graded_sentences
 from interview.splice import function_nodes
 from workbook import catalog
 from workbook.swap import fixed_with
 
 ROOT = catalog.ROOT
-TRAIN_SECONDS = 300.0  # time limit of the training run (about 5 s on a quiet 2-core machine)
+TRAIN_SECONDS = 60.0  # time limit of the training run (about 5 s on a quiet 2-core machine)
+GRADE_SECONDS = 240.0  # the parent's last line of defence: the whole grade, whatever the child does
 _load_counter = itertools.count()
 
 
@@ -52,14 +71,21 @@ def load_scratch(path: Path | str) -> tuple[types.ModuleType, tuple[str, ...]]:
     path = Path(path)
     source = sandbox.read_python(path)
     try:
-        funcs = declared_funcs(source)
+        declared = declared_funcs(source)
     except ValueError as error:
         raise CannotGrade(f"{path}: the {FUNCS_HEADER} line: {error}") from None
+    if declared is None:
+        raise CannotGrade(f"{path}: its {FUNCS_HEADER} line is gone (it names the functions to grade); put it "
+                          f"back as make scratch wrote it")
+    funcs = graded_funcs(source, declared)
     name = f"scratch_under_grading_{next(_load_counter)}"
     try:
-        with contextlib.redirect_stdout(sys.stderr), sandbox.limited(sandbox.TEST_SECONDS):
+        with contextlib.redirect_stdout(sys.stderr), sandbox.limited(sandbox.TEST_SECONDS, "importing the file"):
             module = sandbox.load_module(name, source, str(path))
-    except Exception as error:  # the learner's top-level code: any error means it cannot be graded
+    except BaseException as error:  # noqa: BLE001 - the learner's top-level code: any error means it cannot be graded
+        broke = sandbox.breach(error)
+        if broke:
+            raise CannotGrade(f"{path}: importing it {broke}") from None
         raise CannotGrade(f"{path}: importing it raised {error_line(error, str(path))}") from None
     finally:
         sys.modules.pop(name, None)
@@ -92,15 +118,26 @@ def graded_copy(learner: types.ModuleType, funcs: tuple[str, ...], label: str) -
 
 
 def sentence_outcomes(learner: types.ModuleType) -> list[Outcome]:
-    """One Outcome per graded spec sentence, each on a copy with only that sentence's functions swapped in."""
-    outcomes, copies = [], {}
+    """One Outcome per graded spec sentence, each on a copy with only that sentence's functions swapped in.
+    Once a function breaks the sandbox's rules (exits, hangs, runs out of memory), the later sentences
+    about it fail with that first breach and are not run (a hang costs one time limit, not one per case)."""
+    outcomes, copies, broken = [], {}, {}
     for sentence in graded_sentences():
+        title = f"{sentence.label}: {sentence.text}"
+        first = next((broken[f] for f in sentence.funcs if f in broken), None)
+        if first is not None:
+            outcomes.append(Outcome(sentence.key, sentence.funcs, title, False, False, first.case,
+                                    f"{first.yours} (on an earlier case; not run again)", first.expected,
+                                    first.breach))
+            continue
         if sentence.funcs not in copies:
             copies[sentence.funcs] = graded_copy(learner, sentence.funcs, "_".join(sentence.funcs))
         module = copies[sentence.funcs]
-        title = f"{sentence.label}: {sentence.text}"
         with quiet_torch():
-            outcomes.append(run_sentence(title, sentence.key, sentence.funcs, CASES[sentence.key](), module))
+            outcome = run_sentence(title, sentence.key, sentence.funcs, CASES[sentence.key](), module)
+        outcomes.append(outcome)
+        if outcome.breach:
+            broken.update(dict.fromkeys(sentence.funcs, outcome))
     return outcomes
 
 
@@ -130,14 +167,16 @@ def catalog_outcomes(learner: types.ModuleType, funcs: tuple[str, ...]) -> list[
         outcome = Outcome(name, tested, title, True)
         for kwargs in params:
             with quiet_torch():
-                result = call(lambda kw=kwargs, test=fn, m=module: timed(functools.partial(test, **kw), m))
+                result = call(lambda kw=kwargs, test=fn, m=module, t=title: timed(functools.partial(test, **kw), m, t))
             if isinstance(result, Raised):
                 label = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "the test's own input"
                 written = not not_implemented(result)
                 outcome = Outcome(name, tested, title, False, not written, label, show(result),
-                                  "passes" if written else NOT_WRITTEN)
+                                  "passes" if written else NOT_WRITTEN, breach_of(result))
                 break
         outcomes.append(outcome)
+        if outcome.breach:
+            break  # the file cannot be graded: no need to wait for more
     return sorted(outcomes, key=lambda o: SITES.index(o.funcs[0]))  # stable: test names stay sorted per site
 
 
@@ -177,8 +216,11 @@ def training_outcome(learner: types.ModuleType, funcs: tuple[str, ...], **overri
     torch.set_num_threads(1)
     module = graded_copy(learner, tuple(dict.fromkeys((*SPEC_FUNCS, *funcs))), "train")
     with quiet_torch():
-        with sandbox.limited(TRAIN_SECONDS):
-            yours = call(lambda: train_run(module, **overrides))
+        yours = call(lambda: timed(lambda m: train_run(m, **overrides), module, "the training run", TRAIN_SECONDS))
+        if breach_of(yours):
+            title = "Training: the default run (seed 0) with your functions."
+            return Outcome("training", funcs, title, False, False, "train(seed=0)", show(yours), "trains",
+                           breach_of(yours)), ""
         fixed = train_run(fixed_with("scratch_reference"), **overrides)
     steps = fixed["steps"]
     title = f"Training: the default run (seed 0, {steps} iterations) with your functions."
@@ -208,44 +250,98 @@ def format_outcome(o: Outcome) -> str:
 
 
 def grade(path, *, out=None, train: bool = True, train_overrides: dict | None = None) -> int:
-    """Grade a scratch file; print one line per spec sentence (and catalog test), then a training run
-    once every stub is written. Returns 0 (all pass), 1 (some fail) or 2 (cannot be graded). Never raises
-    for a bad file: it prints one clear line instead."""
+    """Grade a scratch file in a forked child (interview/sandbox.py); print one line per spec sentence (and
+    catalog test), then a training run once every stub is written. Returns 0 (all pass), 1 (some fail) or 2
+    (cannot be graded). Never raises for a bad file: it prints one clear line instead."""
     err = sys.stderr if out is None else out
     out = sys.stdout if out is None else out
+    data = dict(path=str(path), cwd=os.getcwd(), train=train, train_overrides=train_overrides)
+    result = sandbox.run_forked(_grade_in_child, data, limit=GRADE_SECONDS)
+    if isinstance(result, str):
+        print(f"cannot grade {path}: grading {result}", file=err)
+        return 2
+    for stream, text in ((out, result["out"]), (err, result["err"])):
+        if text:
+            print(text, end="", file=stream)
+    return result["code"]
+
+
+def _grade_in_child(data: dict) -> dict:
+    os.chdir(data["cwd"])
+    out, err = io.StringIO(), io.StringIO()
+    code = _grade(data["path"], out, err, data["train"], data["train_overrides"])
+    return dict(out=out.getvalue(), err=err.getvalue(), code=code)
+
+
+def breach_line(path, outcome: Outcome) -> str:
+    """The one line for a file whose code broke the sandbox's rules."""
+    who = "the training run" if outcome.key == "training" else "+".join(outcome.funcs)
+    on = f" on {outcome.case}" if outcome.case else ""
+    return f"cannot grade {path}: {who} {outcome.breach}{on}"
+
+
+def _grade(path, out, err, train: bool, train_overrides: dict | None) -> int:
     try:
         learner, funcs = load_scratch(path)
     except CannotGrade as reason:
         print(f"cannot grade {reason}", file=err)
         return 2
-    outcomes = sentence_outcomes(learner) + catalog_outcomes(learner, funcs)
+    outcomes = _outcomes(learner, funcs)
+    not_written = still_to_write(Path(path).read_text(), funcs, outcomes)
+    if train and not not_written and not any(o.breach for o in outcomes):
+        train_result, training_line = training_outcome(learner, funcs, **(train_overrides or {}))
+        outcomes.append(train_result)
+    else:
+        training_line = ""
+    broken = next((o for o in outcomes if o.breach), None)
+    if broken is not None:
+        print(breach_line(path, broken), file=err)
+        return 2
     n_catalog = sum(o.key.startswith("test_B") for o in outcomes)
     extra = f" and {n_catalog} catalog tests" if n_catalog else ""
     print(f"grading {Path(path).name}: {len(graded_sentences())} sentences of the spec (SPEC.md){extra}; "
           f"functions to write: {', '.join(funcs)}", file=out)
     for o in outcomes:
         print(format_outcome(o), file=out)
-    not_written = still_to_write(Path(path).read_text(), funcs, outcomes)
-    training_line = ""
+        if o.key == "training" and training_line:
+            print(f"      {training_line}", file=out)
     if not_written:
         print(f"no training run yet: {', '.join(not_written)} still to write", file=out)
-    elif train:
-        train_result, training_line = training_outcome(learner, funcs, **(train_overrides or {}))
-        outcomes.append(train_result)
-        print(format_outcome(train_result), file=out)
-        if training_line:
-            print(f"      {training_line}", file=out)
     failed = [o for o in outcomes if not o.ok]
     print(f"{len(outcomes) - len(failed)}/{len(outcomes)} pass" + (f", {len(failed)} fail" if failed else ""),
           file=out)
     return 1 if failed else 0
 
 
+def _outcomes(learner: types.ModuleType, funcs: tuple[str, ...]) -> list[Outcome]:
+    """The sentences' outcomes, then the catalog tests' (not run once the file broke the sandbox's rules)."""
+    outcomes = sentence_outcomes(learner)
+    if not any(o.breach for o in outcomes):
+        outcomes += catalog_outcomes(learner, funcs)
+    return outcomes
+
+
 def grade_outcomes(path, *, train: bool = False) -> list[Outcome]:
-    """The Outcome objects `grade` prints (for tests and notebooks); CannotGrade for a bad file."""
-    learner, funcs = load_scratch(path)
-    outcomes = sentence_outcomes(learner) + catalog_outcomes(learner, funcs)
-    if train and not still_to_write(Path(path).read_text(), funcs, outcomes):
+    """The Outcome objects `grade` prints (for tests and notebooks), computed in a forked child;
+    CannotGrade for a bad file."""
+    result = sandbox.run_forked(_outcomes_in_child, dict(path=str(path), cwd=os.getcwd(), train=train),
+                                limit=GRADE_SECONDS)
+    if isinstance(result, str):
+        raise CannotGrade(f"{path}: grading {result}")
+    if isinstance(result, CannotGrade):
+        raise result
+    return result
+
+
+def _outcomes_in_child(data: dict):
+    os.chdir(data["cwd"])
+    try:
+        learner, funcs = load_scratch(data["path"])
+    except CannotGrade as reason:
+        return reason
+    outcomes = _outcomes(learner, funcs)
+    if data["train"] and not any(o.breach for o in outcomes) and not still_to_write(
+            Path(data["path"]).read_text(), funcs, outcomes):
         outcomes.append(training_outcome(learner, funcs)[0])
     return outcomes
 

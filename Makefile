@@ -3,13 +3,15 @@
 # make bench : token_logprobs vs public implementations, the CLI run, notebook times, slider redraws in the browser, the grader (bench/README.md)
 # make mock  : a mock round, practice/round_N.py [ROUND=N] [BUGS=3|k|all] [HARD=1]; then make grade, make hint
 # make scratch : practice/scratch_N.py, the spec's functions as stubs to write [FUNCS=a,b|all]; then make grade FILE=
-# make drill  : the discussion drill in the terminal; make drill REPORT=1 shows your scores per topic
+# make drill  : the discussion drill in the terminal [TOPIC=...] [WEAKEST=1]; make drill REPORT=1 shows your scores per topic
+# make interview : a 3-bug round with a 45-minute countdown; run it again for 15 minutes of questions and a write-up
+# make progress  : what the practice log says: time to each fix, hints, wrong attempts, drill scores over days
 
 PY := .venv/bin/python
 STAMP := .venv/.installed
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: venv lab test test-fast test-browser notebooks bench clean mock grade hint scratch drill
+.PHONY: venv lab test test-fast test-browser notebooks bench clean mock grade hint scratch drill progress interview
 
 # The environment: the pinned requirements, then JupyterLab's settings override (jupyter/overrides.json: never
 # fetch Jupyter news, so a first start asks nothing about it, and no update check) as the environment's own
@@ -65,9 +67,17 @@ hint: venv
 scratch: venv
 	@$(PY) -m interview scratch $(if $(FUNCS),--funcs "$(FUNCS)")
 
-# The discussion drill (interview/drill.py, bank in interview/questions.toml; scores in practice/drill_scores.json).
+# The discussion drill (interview/drill.py, bank in interview/questions.toml; answers in practice/history.jsonl).
 drill: venv
-	@$(PY) -m interview drill $(if $(filter-out 0,$(REPORT)),--report)
+	@$(PY) -m interview drill $(if $(filter-out 0,$(REPORT)),--report) $(if $(TOPIC),--topic "$(TOPIC)") \
+		$(if $(filter-out 0,$(WEAKEST)),--weakest)
+
+# The practice log (interview/history.py) and the interview mode (interview/interview_mode.py).
+progress: venv
+	@$(PY) -m interview progress
+
+interview: venv
+	@$(PY) -m interview interview $(if $(filter-out 0,$(HARD)),--hard)
 
 bench: venv
 	$(PY) bench/run.py

@@ -5,7 +5,9 @@
                                                a practice/scratch_N.py is graded sentence by sentence
   make hint [FILE=path] [LEVEL=1|2|3]          a hint for each bug still remaining
   make scratch [FUNCS=a,b|all]                 write practice/scratch_N.py: functions to write from scratch
-  make drill [REPORT=1]                        the discussion drill, or your scores per topic
+  make drill [REPORT=1] [TOPIC=t] [WEAKEST=1]  the discussion drill, or your scores per topic
+  make progress                                what the practice log (practice/history.jsonl) says
+  make interview                               a round with a 45-minute countdown, then the questions
 `grade` exits 0 when everything is fixed (or passes) and nothing regressed, 1 otherwise, 2 when a file
 cannot be graded; `make` itself turns any failure into 2. Bad input is one line on stderr, exit code 2.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from interview import drill, grading, hints, rounds, scratch, scratch_grader, verdicts
+from interview import drill, grading, hints, history, interview_mode, rounds, scratch, scratch_grader, verdicts
 from interview.sandbox import CannotGrade
 
 
@@ -47,12 +49,15 @@ def grade_command(files: list[str | None], as_json: bool = False, train: bool = 
         status = verdicts.bug_status(result["catalog"], job.bugs) if "catalog" in result else None
         outputs[i] = dict(file=rounds.rel(job.path), code=code, lines=lines, status=status,
                           regressions=result.get("regressions"), seconds_tests=result.get("seconds_tests"))
+        interview_mode.graded(job, status, code, result.get("regressions"))
     for i in sorted(outputs):
         out = outputs[i]
         if as_json:
             print(json.dumps(out))
         elif out["lines"]:
             print("\n".join(out["lines"]), file=sys.stderr if out["code"] == 2 else sys.stdout, flush=True)
+    if not as_json and len(jobs) == 1:
+        interview_mode.print_countdown(next(iter(jobs.values())).path)
     return max(out["code"] for out in outputs.values())
 
 
@@ -62,6 +67,7 @@ def hint_command(file: str | None, level: str) -> int:
     job = grading.make_job(file)
     lines, code = hints.hint(job.bugs, grading.grade_jobs([job])[0], int(level))
     print("\n".join(lines), file=sys.stderr if code == 2 else sys.stdout)
+    interview_mode.hinted(job, int(level), code, lines)
     return code
 
 
@@ -120,6 +126,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scores", default=str(drill.SCORES_PATH), help="the log answers go to (default "
                                                                      "practice/history.jsonl)")
     p.add_argument("--bank", default=str(drill.BANK_PATH), help=argparse.SUPPRESS)
+    sub.add_parser("progress", help="what the practice log says: rounds, hints, drill scores over days")
+    p = sub.add_parser("interview", help="a 3-bug round with a 45-minute countdown, then 15 minutes of questions")
+    p.add_argument("--hard", action="store_true", help="keep only the first line of each docstring")
     return top
 
 
@@ -129,13 +138,22 @@ def main(argv=None, stdin=None, stdout=None) -> int:
     torch.set_num_threads(1)
     if args.command == "drill":
         return drill_command(args, stdin, stdout)
+    if args.command == "progress":
+        print(history.progress(history.read(interview_mode.log_path())), file=stdout or sys.stdout)
+        return 0
+    if args.command == "interview":
+        try:
+            return interview_mode.interview(stdin, stdout, hard=args.hard)
+        except (CannotGrade, drill.DrillError) as e:
+            print(f"make interview: {e}", file=sys.stderr)
+            return 2
     if args.command == "scratch":
         return scratch_command(args.funcs, args.out_dir)
     if args.command == "grade":
         return grade_command(args.files or [None], args.json, train=not args.no_train)
     try:
         if args.command == "mock":
-            rounds.mock(args.round, args.bugs, args.hard)
+            interview_mode.drawn(rounds.mock(args.round, args.bugs, args.hard))
             return 0
         return hint_command(args.file, args.level)
     except CannotGrade as e:

@@ -47,8 +47,11 @@ def record(kind: str, *, path: Path | str | None = None, when: dt.datetime | Non
     line = (json.dumps(event, sort_keys=False) + "\n").encode()
     target = Path(path) if path is not None else LOG_PATH
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # after a line torn by a crash: start a fresh line
         os.write(fd, line)  # one write on an O_APPEND file: lines of concurrent writers never interleave
     finally:
         os.close(fd)

@@ -33,6 +33,9 @@ class Bug:
     stats: tuple[str, ...] = ()
     probe: str = ""
     fix: str = ""
+    cards: tuple[str, ...] = ()
+    """ids of the drill cards (interview/questions.toml) an interviewer asks after this bug is fixed;
+    `make interview` asks them first"""
 
 
 BUGS = [
@@ -40,6 +43,7 @@ BUGS = [
         symptom="entropy and reward stall early; the least likely token is never drawn at all, so a completion "
                 "may never reach EOS",
         stats=("entropy", "reward", "completion_length"),
+        cards=("sampler-test", "debug-method"),
         probe="logits [2, 1, 0, -1, -2], 20 000 draws: the frequencies should be softmax [.64, .23, .09, .03, .01]; "
               "the buggy ones are about [.39, .30, .20, .10, 0]",
         fix="raw logits (shifted to be non-negative) go to torch.multinomial, which wants probabilities: pass "
@@ -48,6 +52,7 @@ BUGS = [
         symptom="advantages turn NaN and whole updates are skipped whenever some prompt's group has all-equal "
                 "rewards, which is most groups early on and again once the task is solved",
         stats=("adv_nonfinite", "nonfinite_steps", "zero_var_groups"),
+        cards=("eps-role", "zero-variance", "max-advantage"),
         probe="rewards [1, 1, 1, 1]: the advantages should be exact zeros (the buggy ones are NaN); "
               "[1.7e308, -1.7e308] should give [1, -1] (the variance overflows to inf)",
         fix="(r - mean) / std divides 0 by 0 for a constant group: return zeros for it, add eps > 0 to the std, "
@@ -56,6 +61,7 @@ BUGS = [
         symptom="the importance ratio never leaves 1, even at the last of several inner steps, and nothing is "
                 "ever clipped: the trust region does nothing",
         stats=("ratio_last_maxdev", "clip_frac_pos", "clip_frac_neg"),
+        cards=("old-logprobs-no-grad", "clip-frac-zero", "consistency-not-correctness"),
         probe="two inner steps on one rollout batch: the second step's ratio should differ from 1; the buggy "
               "one is exactly 1",
         fix="the old log-probs are recomputed from the current policy inside the inner loop: use the batch's "
@@ -64,6 +70,7 @@ BUGS = [
         symptom="learning is slower than it should be: the samples with the largest positive advantages "
                 "(above 1 + clip) get no gradient at all, even at ratio exactly 1",
         stats=("reward", "loss"),
+        cards=("clamp-product", "why-min", "clip-gradient"),
         probe="one token, ratio 1, A = 2: d loss / d logprob should be -2 (the buggy one is 0)",
         fix="clamp(ratio * A, 1 - c, 1 + c) clips the product: clip the ratio, then multiply, "
             "clamp(ratio, 1 - c, 1 + c) * A (with A < 0 that flips which side is the pessimistic one)"),
@@ -71,6 +78,7 @@ BUGS = [
         symptom="the loss turns NaN when a minibatch is fully masked, or when a padded position holds -inf or NaN "
                 "(-inf * 0 = NaN)",
         stats=("loss", "nonfinite_steps"),
+        cards=("loss-aggregation", "invariants"),
         probe="an all-False mask should give 0.0 (the buggy one is NaN); values [1, 3, nan] with mask "
               "[1, 1, 0] should give 2.0",
         fix="(values * mask).sum() / mask.sum() lets NaN and inf through the mask and divides 0 by 0: select "
@@ -78,6 +86,7 @@ BUGS = [
     Bug("B6", "completion_logits", "log-prob shift misalignment (logit t scored against token t)",
         symptom="training log-probs differ from the sampler's on the very same tokens, and the reward stalls",
         stats=("logprob_gap", "reward"),
+        cards=("consistency-not-correctness", "invariants", "debug-method"),
         probe="a fake policy whose logits at position l all equal l, prompt of 2 tokens, 3 completion tokens: "
               "row t should come from position P + t, i.e. [2, 3, 4]",
         fix="the logit at position l predicts token l + 1, so the logits of the completion are the T rows "
@@ -85,6 +94,7 @@ BUGS = [
     Bug("B7", "token_logprobs", "log(softmax) instead of log_softmax",
         symptom="-inf log-probs and NaN losses appear once the policy grows confident (large logits)",
         stats=("loss", "nonfinite_steps"),
+        cards=("log-softmax", "invariants"),
         probe="logits [0, 200], token 0: the log-prob should be -200; the buggy one is -inf (softmax underflows "
               "to 0 first)",
         fix="log(softmax(x)) underflows to log(0) = -inf: compute log_softmax (x - logsumexp(x)) directly"),
@@ -92,6 +102,7 @@ BUGS = [
         symptom="the KL to the reference stays >= 0 (so no sign check fires) but grows far too fast, and "
                 "explodes where the policy grew confident",
         stats=("kl",),
+        cards=("flipped-kl-sign", "k-estimators", "negative-k1"),
         probe="pi uniform on 3 tokens, pi_ref = softmax([2, 0, -2]), one copy of each token: the mean of k3 "
               "should equal KL(pi || pi_ref) = 1.044 exactly (the buggy mean is 6.03)",
         fix="k3 = exp(x) - x - 1 needs x = log pi_ref - log pi on tokens sampled from pi; with the log-ratio "
@@ -100,6 +111,7 @@ BUGS = [
         symptom="advantages are no longer centred within each prompt's group (invisible to that statistic when "
                 "B divides G; at B == G the wrong reshape happens to be right)",
         stats=("adv_group_mean",),
+        cards=("b-equals-g", "baseline-independence"),
         probe="rewards [0, 1, 2, 5, 6, 8] for 2 prompts x 3 samples: each prompt should be normalised within "
               "its own 3 rewards",
         fix="the batch is laid out prompt by prompt, so the groups are rewards.view(B, G) = view(-1, G); "
@@ -108,6 +120,7 @@ BUGS = [
         symptom="training log-probs differ from the sampler's while the ratio is exactly 1 at the first inner "
                 "step: the update optimises a different distribution than the one sampled",
         stats=("logprob_gap", "ratio_first_maxdev"),
+        cards=("sampler-numerics", "ratio-not-one"),
         probe="a constant-logits policy, temperature 0.5: the training log-probs should be "
               "log_softmax(logits / 0.5) of the tokens",
         fix="sampling draws from softmax(logits / T), so training must score under the same distribution: "
@@ -116,6 +129,7 @@ BUGS = [
         symptom="gradient norm spikes go straight into the optimizer: an occasional huge step, and a reward "
                 "that drops after it",
         stats=("grad_norm",),
+        cards=("grad-clip-adam", "pre-clip-norm", "grad-clip-where"),
         probe="nn.Linear(4, 1), loss 1000 * net(ones(1, 4)).sum(), max_grad_norm 1: the gradient norm after "
               "the step should be 1.00 (the buggy one is 2236)",
         fix="the norm is measured with max_norm = inf, so nothing is clipped: pass max_grad_norm to "

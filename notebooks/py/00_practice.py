@@ -32,20 +32,26 @@
 #    `make drill`, `make drill REPORT=1`, or the card below. Behind it: notebooks 02, 04 and 05 (follow-ups
 #    2, 4 and 5 of SPEC.md), 06 (the GRPO variants of TRL and verl) and 07 (off-policy data in practice).
 #
-# `practice/` is git-ignored: your rounds, scratch files and drill scores stay on your machine. Suggested
-# order: read `grpo_buggy.py` and run it; do a mock round (part 1); write the functions from scratch
-# (part 2); then drill the discussion (part 3) until every topic's mean score is close to 2. This notebook
-# demonstrates parts 2 and 3 on throw-away files; nothing here writes to `practice/`.
+# `make interview` chains parts 1 and 3 as the real round does: a 3-bug round under a 45-minute countdown
+# (`make grade` and `make hint` show the minutes left), then about 15 minutes of questions, first on the
+# bugs you just fixed, and a short write-up. `make progress` (and section 4 below) shows what you practised.
+#
+# `practice/` is git-ignored: your rounds, scratch files and the practice log stay on your machine.
+# Suggested order: read `grpo_buggy.py` and run it; do a mock round (part 1); write the functions from
+# scratch (part 2); drill the discussion (part 3) until every topic's mean score is close to 2; then
+# `make interview`. This notebook demonstrates parts 2 and 3 on throw-away files; nothing here writes to
+# `practice/` (section 4 only reads its log).
 
 # %%
 import random
 import tempfile
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 from IPython.display import display
 
 import workbook  # noqa: F401  (one torch thread)
-from interview import drill, scratch, scratch_grader, spec_cases, splice
+from interview import drill, history, scratch, scratch_grader, spec_cases, splice
 
 work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice folder for this notebook
 
@@ -121,16 +127,22 @@ assert {o.key for o in outcomes if o.not_written} == {s.key for s in spec_cases.
 # %% [markdown]
 # ## 3. The discussion drill
 #
-# `make drill` asks one question at a time. Answer aloud while the timer runs (about 90 s, the pace of
-# the interview's last 15 minutes), press Enter to see the model answer and the notebook section whose
-# output backs it, then score yourself: 0 (did not know it), 1 (partly), 2 (knew it). Scores are saved
-# after every answer in `practice/drill_scores.json`; `make drill REPORT=1` shows them per topic.
+# `make drill` asks one question at a time. Say the one-line answer first (about 15 s) and press Enter,
+# then the full answer (about 90 s in all, the pace of the interview's last 15 minutes) and press Enter:
+# each Enter prints the seconds so far, with a warning past its budget. Then you see the model answer and
+# the notebook section whose output backs it, and score yourself: 0 (did not know it), 1 (partly),
+# 2 (knew it). Every answer, with its seconds, is appended to the practice log `practice/history.jsonl`;
+# `make drill REPORT=1` shows your scores per topic, `TOPIC=...` drills one topic, `WEAKEST=1` your weakest
+# cards first.
 #
-# The next question follows a Leitner schedule: each question sits in a box from 0 to 4 (0 when never
-# scored); a 2 moves it up one box, a 1 leaves it, a 0 sends it back to box 0, and the draw weights a
-# question by 2^−box. A question you could not answer comes back 16 times as often as one you have
-# mastered. The bank (`interview/questions.toml`) comes from follow-ups 2 to 5 and the discussion topics of
-# `SPEC.md`, and from the notebooks:
+# The schedule: cards you have never answered come first, until you have seen the whole bank once. Each
+# card sits in a box from 0 to 4: a 2 moves it up one box, a 1 down one, a 0 back to box 0, and a card in
+# box k is due again 2^(k−1) days after its last answer (box 0 at once). After the new cards come the due
+# ones, lowest box first; when nothing is due the drill says you are done for today. A card you could not
+# answer comes back in the same session, after 3 to 5 other cards. A card whose model answer is corrected
+# starts again from box 0 (answers are kept under a hash of the answer text). The bank
+# (`interview/questions.toml`) comes from follow-ups 2 to 5 and the discussion topics of `SPEC.md`, and
+# from the notebooks:
 
 # %%
 bank = drill.load_bank()
@@ -139,18 +151,23 @@ for topic in drill.TOPICS:
     print(f"{topic:<26} {len(qs):2d} questions, backed by notebooks {sorted({q.notebook for q in qs})}")
 print(f"{'total':<26} {len(bank):2d}")
 assert len(bank) >= 30 and set(drill.TOPICS) == {q.topic for q in bank}
-assert [drill.weight(b) / drill.weight(drill.MAX_BOX) for b in (0, drill.MAX_BOX)] == [16.0, 1.0]
+assert [drill.interval(b).days for b in range(drill.MAX_BOX + 1)] == [0, 1, 2, 4, 8]
 
 # %% [markdown]
-# The same drill as a card: **Next** draws a question, **Reveal** shows the model answer and its section,
-# the score buttons record your score and draw the next question. This card keeps its scores in memory
-# (they are lost with the kernel); set `SAVE_SCORES = True` to keep them in `practice/drill_scores.json`
-# with the terminal drill's.
+# The same drill as a card: **Next** draws a question, **Reveal** shows the model answer, its section and
+# the seconds since the question appeared, the score buttons record your score (with those seconds) and
+# draw the next question. This card keeps its scores in memory (they are lost with the kernel); set
+# `SAVE_SCORES = True` to append them to `practice/history.jsonl`, the terminal drill's log (both only
+# append, so neither loses the other's answers).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 SAVE_SCORES = False
-card = drill.DrillCard(bank, drill.ScoreStore(drill.SCORES_PATH if SAVE_SCORES else None), random.Random())
+if SAVE_SCORES:
+    store = drill.ScoreStore(drill.SCORES_PATH, bank, legacy=drill.LEGACY_SCORES_PATH)
+else:
+    store = drill.ScoreStore(None, bank)
+card = drill.DrillCard(bank, store, random.Random())
 display(card.widget)
 
 # %% [markdown]
@@ -158,7 +175,18 @@ display(card.widget)
 # what the card shows after each click:
 
 # %%
-check = drill.DrillCard(bank, drill.ScoreStore(None), random.Random(0))
+class FakeClock:
+    """Seconds that advance 20 per call, so the printed times do not depend on this machine."""
+
+    def __init__(self):
+        self.t = 0
+
+    def __call__(self):
+        self.t += 20
+        return self.t
+
+
+check = drill.DrillCard(bank, drill.ScoreStore(None, bank), random.Random(0), clock=FakeClock())
 
 
 def shows(card):
@@ -186,10 +214,49 @@ assert check.store.box(first.id) == 0 and [h[1] for h in check.store.history(fir
 assert check.current is not first and not check.revealed
 
 # %% [markdown]
-# The score went to box 0, so that question now weighs 2^0 = 1 in the draw against 2^−1 = 0.5 for a
-# question scored 2 once: it comes back sooner.
-#
+# The score sent the card to box 0, and the session will bring it back after 3 to 5 other cards:
+# click through four more cards, scoring each 2, and watch for it.
+
+# %%
+seen = []
+for _ in range(5):
+    check.reveal_button.click()
+    check.score_buttons[2].click()
+    seen.append(check.current.id)
+print("next cards:", ", ".join(seen))
+assert first.id in seen[2:5]
+
+# %% [markdown]
 # **Where the answers live.** Every model answer names the notebook section that backs it with an output
 # you can re-run: notebook 02 §2 and §3 for the ratio and its drift, notebook 04 §1 to §5 for the four
 # stabilisers, notebook 05 §1, §3 and §6 for the group baseline and its failures, notebook 06 §1 to §7 for
 # the variants in TRL and verl, notebook 07 §1 to §3 for off-policy data in practice.
+
+# %% [markdown]
+# ## 4. Your progress
+#
+# Every round drawn, grade, hint and drill answer is appended to `practice/history.jsonl`
+# (`interview/history.py`). `make progress` prints it: per round, the minutes from the draw to each fix,
+# the hints and their levels, the wrong attempts (grades that fixed nothing new); per topic, the drill's
+# mean score per day and the seconds per answer. The next cell plots your log: time to each fix over
+# rounds, and the drill score per topic over days. While `practice/` has no log yet, it plots a small
+# **made-up example** instead, and says so in the title.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+mine = history.read()
+events = mine or history.example_events()
+title = "your practice log" if mine else "EXAMPLE: made-up data (practice/ has no log yet)"
+fig = history.plot_progress(events, title)
+plt.show()
+print(history.progress(events))
+
+# %% [markdown]
+# The example log, always the same, so this notebook's check does not depend on what you practised:
+
+# %%
+example = history.example_events()
+print(history.progress(example))
+summary = history.rounds_summary(example)
+assert [round(max(r["fix_seconds"].values()) / 60) for r in summary] == [41, 30, 26]  # faster each round
+assert all(r["wrong"] == 0 for r in summary)

@@ -65,7 +65,7 @@ _REAL_EXIT = os._exit
 
 
 def _learner_exit(code=0):
-    raise Exited(f"os._exit({code}) called")
+    raise Exited(f"called os._exit({code})")
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -172,6 +172,8 @@ def limited(seconds: float, what: str = "the graded code"):
 def failure(exc: BaseException, filename: str) -> dict:
     """An exception as data: type, first line of the message, and the innermost frame of `filename`
     it passed through (the function of the graded file that raised it), if any."""
+    if isinstance(exc, Exited) and exc.__cause__ is not None:
+        exc = exc.__cause__  # a KeyboardInterrupt the grader turned into Exited: report it where it was raised
     where = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
         if frame.f_code.co_filename == filename:
@@ -182,7 +184,8 @@ def failure(exc: BaseException, filename: str) -> dict:
         message = broke
     # user: raised by the graded code (pytest's own outcomes, e.g. skip, are BaseExceptions; so are exits)
     user = isinstance(exc, (Exception, SystemExit, KeyboardInterrupt, Exited))
-    return dict(type=type(exc).__name__, message=message, where=where, user=user, breach=broke)
+    kind = "SystemExit" if isinstance(exc, Exited) else type(exc).__name__  # Exited: os._exit(...)
+    return dict(type=kind, message=message, where=where, user=user, breach=broke)
 
 
 def warm_up():
@@ -266,7 +269,7 @@ class GradePlugin:
         try:
             return (yield)
         except KeyboardInterrupt as e:
-            raise Exited("KeyboardInterrupt raised") from e
+            raise Exited("raised KeyboardInterrupt") from e
 
     def pytest_runtest_makereport(self, item, call):
         if call.when == "call" or call.excinfo is not None:

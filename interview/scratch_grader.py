@@ -276,8 +276,8 @@ def _grade_in_child(data: dict) -> dict:
 def breach_line(path, outcome: Outcome) -> str:
     """The one line for a file whose code broke the sandbox's rules."""
     who = "the training run" if outcome.key == "training" else "+".join(outcome.funcs)
-    on = f" on {outcome.case}" if outcome.case else ""
-    return f"cannot grade {path}: {who} {outcome.breach}{on}"
+    on = f"on the input {outcome.case}, " if outcome.case else ""
+    return f"cannot grade {path}: {on}{who} {outcome.breach}"
 
 
 def _grade(path, out, err, train: bool, train_overrides: dict | None) -> int:

@@ -1,9 +1,10 @@
 """The practice round: mock rounds drawn from the bug catalog, their grader and hints, from-scratch
 exercises graded sentence by sentence of the spec (SPEC.md), and the discussion drill.
 
-    python -m interview mock|grade|hint|scratch|drill ...   (the make targets of the same names)
+    python -m interview mock|grade|hint|scratch|drill|progress|interview ...   (the make targets of the same names)
 
 Modules, lowest first (each imports only modules above it, and `workbook` and the twins):
+  history        the practice log (practice/history.jsonl, append-only) and `make progress`
   splice         source splicing: replace top-level functions of a module's source text
   sandbox        the grading sandbox: loading a file, time limits, the pytest plugin, a forked process
   rounds         the draw, the round's header and source, `make mock`
@@ -15,6 +16,7 @@ Modules, lowest first (each imports only modules above it, and `workbook` and th
   spec_cases     the cases of each spec sentence
   scratch        `make scratch`: the stub file
   scratch_grader the from-scratch grader
-  drill          the discussion drill: the bank (questions.toml), a Leitner schedule, a terminal loop, a card
+  drill          the discussion drill: the bank (questions.toml), a schedule with due dates, a terminal loop, a card
+  interview_mode `make interview`: a round with a 45-minute countdown, then the questions and a write-up
   cli            the command line
 """

@@ -394,7 +394,8 @@ def run(bank: list[Question], store: ScoreStore, rng: random.Random, stdin=None,
     the seconds since the question, with a warning past its budget), then the model answer and a score.
 
     Streams and the clocks are injectable, so tests drive it without a terminal. `on_answer(q, score,
-    seconds)` is called after each scored card (make interview uses it to stop at its time limit)."""
+    seconds)` is called after each card, scored or skipped (score None); when it returns True the drill
+    stops (make interview stops at its time limit)."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     session = session or Session(bank, store, rng, weakest=weakest, now=now)
 
@@ -448,8 +449,8 @@ def run(bank: list[Question], store: ScoreStore, rng: random.Random, stdin=None,
                 scored += 1
                 again = " (it comes back in a few cards)" if score == 0 else ""
                 say(f"  saved: {SCORE_MEANING[score]}, now in box {box}{again}")
-                if on_answer is not None and on_answer(q, score, seconds):
-                    break
+            if on_answer is not None and on_answer(q, score, seconds):
+                break
     except KeyboardInterrupt:
         say()
     return _finish(say, scored)

@@ -204,8 +204,9 @@ def questions_phase(start: dict, events: list[dict], stdin, stdout, clock: Calla
     def over_time(q, score, seconds) -> bool:
         return clock() - began >= QUESTION_MINUTES * 60
 
-    drill.run(bank, store, rng, stdin=stdin, stdout=stdout, clock=clock, now=now,
-              session=CardSequence(question_cards(bug_ids, bank)), on_answer=over_time)
+    cards = question_cards(bug_ids, bank)
+    drill.run(cards, store, rng, stdin=stdin, stdout=stdout, clock=clock, now=now, session=CardSequence(cards),
+              on_answer=over_time)
     say()
     say("The write-up: for each bug, one line each (Enter when done).")
 

@@ -213,6 +213,7 @@ def plot_progress(events: list[dict], title: str = ""):
         left.plot([i + 1] * len(times), [t / 60 for t in times], "o", color="C0")
         if times:
             left.plot([i + 1], [times[-1] / 60], "s", color="C3", label="last fix" if i == 0 else None)
+    left.set_xticks(range(1, len(summary) + 1), [str(r["round"]) for r in summary])
     left.set(xlabel="round (in the order drawn)", ylabel="minutes from the draw", title="time to each fix")
     left.axhline(45, color="grey", linestyle=":", label="45 min")
     left.legend(loc="upper right", fontsize=8)

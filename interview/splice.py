@@ -134,8 +134,27 @@ def function_header(source: str, node: ast.FunctionDef) -> str:
     return f"def {node.name}({ast.unparse(node.args)}):"  # body on the def line: rebuild it
 
 
+SENTENCE_END = re.compile(r"""[.?!]["')\]]*$""")
+"""a line that ends a sentence: its last character (before closing quotes or brackets) is . ? or !"""
+
+
+def first_sentence_lines(lines: list[str]) -> int:
+    """How many of a docstring's lines (its text, quotes removed) to keep: the fewest whole lines that end
+    at the end of a sentence (so the first sentence, and any that end on its last line, stay whole), or at
+    the end of the first paragraph; all of them if no line ends a sentence."""
+    start = 0 if lines and lines[0].strip() else 1  # the text may begin on the line after the quotes
+    for i in range(start, len(lines)):
+        if not lines[i].strip():
+            return i if i > start else len(lines)
+        if SENTENCE_END.search(lines[i].rstrip()):
+            return i + 1
+    return len(lines)
+
+
 def first_docstring_lines(text: str) -> str:
-    """Every module, class and function docstring cut to its first line (HARD=1)."""
+    """Every module, class and function docstring cut to its first sentence(s) (HARD=1): whole lines from
+    its first, up to the first line that ends a sentence (`first_sentence_lines`), never part of a line or
+    of a sentence. Lines are kept exactly as written (escapes and indentation included)."""
     tree = ast.parse(text)
     lines = text.splitlines(keepends=True)
     docs = [node.body[0] for node in ast.walk(tree)
@@ -143,12 +162,18 @@ def first_docstring_lines(text: str) -> str:
             and node.body and is_string(node.body[0]) and node.body[0].end_lineno > node.body[0].lineno]
     for doc in sorted(docs, key=lambda d: -d.lineno):
         line = lines[doc.lineno - 1]
-        opening = re.match(r"([rRuU]?)(\"\"\"|''')(.*)$", line[doc.col_offset :].rstrip("\n"))
-        if not opening:
+        opening = re.match(r"""([rRuU]?)("{3}|'{3})(.*)$""", line[doc.col_offset :].rstrip("\n"))
+        last = lines[doc.end_lineno - 1].rstrip("\n")
+        if not opening or not last.endswith(opening[2]):
+            continue  # not a triple-quoted docstring that ends its line: leave it whole
+        body = [opening[3]] + [raw.rstrip("\n") for raw in lines[doc.lineno : doc.end_lineno]]
+        body[-1] = body[-1][: -len(opening[2])]
+        keep = first_sentence_lines(body)
+        if keep >= len(body):
             continue
-        first = opening[3].strip() or doc.value.value.strip().splitlines()[0].strip()
-        quote = opening[1] + opening[2]
-        lines[doc.lineno - 1 : doc.end_lineno] = [line[: doc.col_offset] + quote + first + opening[2] + "\n"]
+        kept = [line[: doc.col_offset] + opening[1] + opening[2] + body[0]] + body[1:keep]
+        kept[-1] = kept[-1].rstrip() + opening[2]
+        lines[doc.lineno - 1 : doc.end_lineno] = [k + "\n" for k in kept]
     return "".join(lines)
 
 

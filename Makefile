@@ -57,7 +57,7 @@ mock: venv
 		$(if $(filter-out 0,$(HARD)),--hard)
 
 grade: venv
-	@$(PY) -m interview grade $(FILE)
+	@$(PY) -m interview grade $(FILE) $(if $(filter-out 0,$(REVEAL)),--reveal)
 
 hint: venv
 	@$(PY) -m interview hint $(FILE) $(if $(LEVEL),--level $(LEVEL))

@@ -1,7 +1,8 @@
 """The command line behind the make targets: `python -m interview mock|grade|hint|scratch|drill ...`.
 
   make mock [ROUND=N] [BUGS=k|all] [HARD=1]   write practice/round_N.py: the hand-out with k bugs left in
-  make grade [FILE=path]                       which of the file's bugs are fixed, and what a fix broke;
+  make grade [FILE=path] [REVEAL=1]            how many of the file's bugs are fixed (naming only those), and
+                                               what a fix broke; REVEAL=1 names the remaining ones too;
                                                a practice/scratch_N.py is graded sentence by sentence
   make hint [FILE=path] [LEVEL=1|2|3]          a hint for each bug still remaining
   make scratch [FUNCS=a,b|all]                 write practice/scratch_N.py: functions to write from scratch
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from interview import drill, grading, hints, history, interview_mode, rounds, scratch, scratch_grader, verdicts
+from interview import drill, grading, hints, history, interview_mode, rounds, scratch, scratch_grader
 from interview.sandbox import CannotGrade
 
 
@@ -31,9 +32,10 @@ def is_scratch_file(file: str | None) -> bool:
     return bool(file) and re.fullmatch(r"scratch_.*\.py", Path(file).name) is not None
 
 
-def grade_command(files: list[str | None], as_json: bool = False, train: bool = True) -> int:
-    """Grade each file (a scratch_*.py goes to the scratch grader); print the report, or with `as_json`
-    one JSON line per mock-graded file. Returns the largest exit code."""
+def grade_command(files: list[str | None], as_json: bool = False, train: bool = True, reveal: bool = False) -> int:
+    """Grade each file (a scratch_*.py goes to the scratch grader); print the report (naming only fixed bugs,
+    the remaining ones too with `reveal`), or with `as_json` one JSON line per mock-graded file (`status`
+    names every bug: the machine interface, a reveal). Returns the largest exit code."""
     outputs, jobs = {}, {}
     for i, file in enumerate(files):
         if is_scratch_file(file):
@@ -45,10 +47,10 @@ def grade_command(files: list[str | None], as_json: bool = False, train: bool = 
             outputs[i] = dict(file=file, code=2, lines=[f"cannot grade {e}"])
     results = grading.grade_jobs(list(jobs.values())) if jobs else []
     for (i, job), result in zip(jobs.items(), results, strict=True):
-        lines, code = grading.report(job, result)
-        status = verdicts.bug_status(result["catalog"], job.bugs) if "catalog" in result else None
+        lines, code = grading.report(job, result, reveal=reveal)
+        status = result.get("status")
         outputs[i] = dict(file=rounds.rel(job.path), code=code, lines=lines, status=status,
-                          regressions=result.get("regressions"), seconds_tests=result.get("seconds_tests"))
+                          regressions=result.get("regressions"), crashes=result.get("crashes"))
         interview_mode.graded(job, status, code, result.get("regressions"))
     for i in sorted(outputs):
         out = outputs[i]
@@ -111,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="files to grade (several rounds share one grading process)")
     p.add_argument("--json", action="store_true", help="one JSON line per graded round or hand-out")
     p.add_argument("--no-train", action="store_true", help="scratch files: skip the training run")
+    p.add_argument("--reveal", action="store_true", help="also name the bugs still remaining (make grade REVEAL=1)")
     p = sub.add_parser("hint", help="hints for the bugs a file still has")
     p.add_argument("file", nargs="?", default=None)
     p.add_argument("--level", default="1", help="1: symptom and statistic, 2: function and tiny input, 3: the fix")
@@ -150,7 +153,7 @@ def main(argv=None, stdin=None, stdout=None) -> int:
     if args.command == "scratch":
         return scratch_command(args.funcs, args.out_dir)
     if args.command == "grade":
-        return grade_command(args.files or [None], args.json, train=not args.no_train)
+        return grade_command(args.files or [None], args.json, train=not args.no_train, reveal=args.reveal)
     try:
         if args.command == "mock":
             interview_mode.drawn(rounds.mock(args.round, args.bugs, args.hard))

@@ -1,31 +1,36 @@
 """The mock grader (`make grade`): what a file is graded on, and the grading process.
 
-The grader imports the file (it never writes it) in a forked process (interview/sandbox.py) and runs,
-each under a time limit,
-  - the catalog tests of tests/test_catalog.py (`test_Bn_*`) against it: which of its bugs are fixed;
-  - the spec tests of tests/test_spec.py and a short training run: a regression is a spec test or the
-    training run that the file fails while the file as handed out (the round as drawn, regenerated in
-    memory; grpo_buggy.py for any other file) passes it.
-The verdicts are interview/verdicts.py's; several files share one grading process.
+A bug lives in one function. The grader judges the learner's version of that function alone, in the fixed
+twin (`swap.fixed_with`, one copy per edited function, called a hybrid), so a failure is that function's:
+  - a drawn bug is fixed when the learner's function passes every spec test (tests/test_spec.py) and every
+    catalog test (tests/test_catalog.py, `test_Bn_*`) in that hybrid, and a short training run of the hybrid
+    reaches the fixed twin's reward band with the first inner step's ratio at 1 (`verdicts.in_band`);
+  - a catalogued function whose bug was not drawn but which the learner edited is judged the same way:
+    failing is a regression, named by the symptom of the bug that lives there (never by its id);
+  - code outside the catalogued functions that differs from the round as drawn is graded as before: a spec
+    test or the short training run that the whole file fails while the round as drawn passes it.
+A function identical (as code) to the hand-out's buggy one is remaining and to the fixed twin's is fixed,
+without running anything. Tests marked `beyond_spec` (the fixed twin's precision beyond SPEC.md) are not
+held against a learner. The tests run in one forked process (interview/sandbox.py), the training runs in
+another, side by side; the file is imported in both, never written.
 """
 
 from __future__ import annotations
 
-import time
+import ast
+import threading
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from interview import sandbox, verdicts
-from interview.rounds import Round, newest_round, parse_header, rel, round_source
+from interview.rounds import Round, header_problem, newest_round, parse_header, rel, round_source
 from interview.sandbox import CannotGrade
-from interview.splice import HANDOUT
+from interview.splice import FIXED, HANDOUT
 from workbook import catalog
 
-TRAIN_STEPS = 6
+TRAIN_STEPS = 20
 """iterations of the short training run (default config, seed 0)"""
-
-
 @dataclass
 class Job:
     """One file to grade: which bugs, and what 'as handed out' means for it."""
@@ -36,39 +41,95 @@ class Job:
     round: Round | None
     base_name: str  # where the baseline's code comes from, for messages
     base_source: str
+    judged: dict[str, str] = field(default_factory=dict)  # bug id -> 'fixed' | 'remaining' | 'test' (by code)
+    other_edits: bool = False  # code outside the catalogued functions differs from the base
+
+
+def is_twin(path: Path) -> bool:
+    return path.resolve() in (HANDOUT.resolve(), FIXED.resolve())
 
 
 def make_job(path: Path | str | None) -> Job:
     """Read and check a file before anything runs: missing file, syntax error, round header. No path:
-    the newest round."""
+    the newest round. A file without a round header is refused, except the twins themselves (graded as the
+    full hand-out: a check of the grader)."""
     path = Path(path) if path else newest_round()
     text = sandbox.read_python(path)
+    problem = header_problem(text)
     info = parse_header(text)
+    if problem is not None and not (info is None and is_twin(path)):
+        raise CannotGrade(f"{rel(path)}: {problem}")
     if info is not None:
         base = round_source(info.number, info.bugs, info.drawn_at, size=info.size)
-        return Job(path.resolve(), text, info.drawn, info, f"round {info.number} as drawn", base)
-    return Job(path.resolve(), text, list(catalog.BUG_IDS), None, HANDOUT.name, HANDOUT.read_text())
+        job = Job(path.resolve(), text, info.drawn, info, f"round {info.number} as drawn", base)
+    else:
+        job = Job(path.resolve(), text, list(catalog.BUG_IDS), None, HANDOUT.name, HANDOUT.read_text())
+    judge_by_code(job)
+    return job
 
 
-def training_run(module: types.ModuleType, filename: str) -> dict:
-    """The short training run: {statistic: logged as a number in every iteration}, or how it failed."""
+def code_of(source: str) -> dict[str, str]:
+    """top-level name -> ast.dump of its statement (comments and formatting do not count)."""
+    out = {}
+    for node in ast.parse(source).body:
+        name = getattr(node, "name", None) or f"<{ast.dump(node)}>"
+        out[name] = ast.dump(node)
+    return out
+
+
+def judge_by_code(job: Job) -> None:
+    """Which bugs the code decides alone (a function as handed out, or exactly the fixed twin's) and which
+    need their hybrid tested; and whether anything outside the catalogued functions changed."""
+    mine, buggy, fixed, base = (code_of(s) for s in (job.text, HANDOUT.read_text(), FIXED.read_text(),
+                                                     job.base_source))
+    sites = {b.function for b in catalog.BUGS}
+    for b in catalog.BUGS:
+        f = b.function
+        if mine.get(f) == fixed.get(f):
+            job.judged[b.id] = "fixed"
+        elif b.id in job.bugs and mine.get(f) == buggy.get(f):
+            job.judged[b.id] = "remaining"
+        else:
+            job.judged[b.id] = "test"
+    rest = lambda d: {k: v for k, v in d.items() if k not in sites}
+    job.other_edits = rest(mine) != rest(base)
+
+
+# ----------------------------------------------------------------------------------------------
+# The short training run
+
+
+def short_run(module: types.ModuleType, filename: str) -> dict:
+    """The short training run: {stats: statistic -> logged as a number in every iteration, reward, ratio_ok},
+    or how it failed (error / problem)."""
+    import grpo_support
+
     try:
-        with sandbox.time_limit(sandbox.TEST_SECONDS):
+        with sandbox.time_limit(3 * sandbox.TEST_SECONDS, "the short training run"):
             history = module.train(seed=0, steps=TRAIN_STEPS)
     except BaseException as e:  # noqa: BLE001 - the grader reports whatever the graded code raises
         return dict(error=sandbox.failure(e, filename))
     if not isinstance(history, list) or len(history) != TRAIN_STEPS or not all(isinstance(s, dict) for s in history):
         return dict(problem=f"train(steps={TRAIN_STEPS}) did not return {TRAIN_STEPS} dicts of statistics")
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-    return dict(stats={k: all(number(s.get(k)) for s in history) for k in set().union(*history)})
+    stats = {k: all(number(s.get(k)) for s in history) for k in set().union(*history)}
+    out = dict(stats=stats)
+    if stats.get("reward") and stats.get("ratio_first_maxdev"):
+        row = grpo_support.STATS["ratio_first_maxdev"]
+        out["reward"] = sum(s["reward"] for s in history[-verdicts.BAND_LAST:]) / verdicts.BAND_LAST
+        out["ratio_ok"] = all(row.lo <= s["ratio_first_maxdev"] <= row.hi for s in history)
+    return out
 
 
-def load_pair(j: int, job: dict):
-    """(module, baseline, module file, baseline file) for one job; CannotGrade when the file does not load."""
-    base_file = f"<{job['base_name']}>"
-    base = sandbox.load_module(f"practice_baseline_{j}", job["base_source"], base_file)
+# ----------------------------------------------------------------------------------------------
+# The grading processes
+
+
+def load(j: int, job: dict) -> tuple[types.ModuleType, types.ModuleType]:
+    """(module, baseline) for one job; CannotGrade when the file does not load or breaks the public API."""
+    base = sandbox.load_module(f"practice_baseline_{j}", job["base_source"], f"<{job['base_name']}>")
     try:
-        with sandbox.time_limit(sandbox.TEST_SECONDS):
+        with sandbox.time_limit(sandbox.TEST_SECONDS, "importing the file"):
             module = sandbox.load_module(f"practice_graded_{j}", job["text"], job["path"])
     except BaseException as e:  # noqa: BLE001
         err = sandbox.failure(e, job["path"])
@@ -78,64 +139,92 @@ def load_pair(j: int, job: dict):
     problem = sandbox.api_problem(module, base, job["path"])
     if problem:
         raise CannotGrade(problem)
-    return module, base, job["path"], base_file
+    return module, base
 
 
-def grading_process(jobs: list[dict]) -> dict[int, dict]:
-    """Body of the forked process: load each job's module and baseline, check the public API, run the
-    tests and the training run; one result per job."""
-    results, modules, files = {}, {}, {}
+def hybrid(j: int, bug_id: str, module: types.ModuleType) -> types.ModuleType:
+    """The fixed twin with the learner's version of the function `bug_id` lives in."""
+    from workbook.swap import fixed_with
+
+    site = catalog.bug(bug_id).function
+    return fixed_with(f"graded_{j}_{bug_id}", **{site: getattr(module, site)})
+
+
+def variants(jobs: list[dict]) -> tuple[dict, dict, dict]:
+    """(modules by variant, file by variant, errors by job): 'u<j>.<id>' a hybrid, 'u<j>' and 'b<j>' the
+    whole file and its baseline (only when code outside the catalogued functions changed)."""
+    modules, files, errors = {}, {}, {}
     for j, job in enumerate(jobs):
         try:
-            modules[f"u{j}"], modules[f"b{j}"], files[f"u{j}"], files[f"b{j}"] = load_pair(j, job)
+            module, base = load(j, job)
+            for b in job["test"]:
+                modules[f"u{j}.{b}"], files[f"u{j}.{b}"] = hybrid(j, b, module), job["path"]
         except CannotGrade as e:
-            results[j] = dict(error=str(e))
-    graded = {v: m for v, m in modules.items() if int(v[1:]) not in results}
-    started = time.perf_counter()
-    outcomes = sandbox.run_tests(graded, files) if graded else ({}, {})
-    tested = time.perf_counter() - started
-    for j, job in enumerate(jobs):
-        if j not in results:
-            results[j] = collect(j, job, modules, files, *outcomes)
-            results[j]["seconds_tests"] = tested
-    return results
+            errors[j] = str(e)
+            continue
+        except BaseException as e:  # noqa: BLE001 - a hybrid that cannot be built: the learner's function is odd
+            errors[j] = f"{job['path']}: cannot build the graded copy: {type(e).__name__}: {e}"
+            continue
+        if job["other_edits"]:
+            modules[f"u{j}"], files[f"u{j}"] = module, job["path"]
+            modules[f"b{j}"], files[f"b{j}"] = base, f"<{job['base_name']}>"
+    return modules, files, errors
 
 
-def collect(j: int, job: dict, modules: dict, files: dict, outcomes: dict, timed_out: dict) -> dict:
-    """One job's result: catalog outcomes and regressions, or `error`: why it cannot be graded."""
-    u, b = f"u{j}", f"b{j}"
-    if u in timed_out:
-        test = timed_out[u]["test"]
-        return dict(error=verdicts.crash_line(job["path"], timed_out[u],
-                                              verdicts.in_test(test, outcomes[(u, test)], job["bugs"])))
-    mine = {t: o for (v, t), o in outcomes.items() if v == u}
-    base = {t: o for (v, t), o in outcomes.items() if v == b}
-    for test, out in mine.items():
-        if verdicts.new_exception(out.get("error"), base.get(test, {}).get("error")):
-            return dict(error=verdicts.crash_line(job["path"], out["error"], verdicts.in_test(test, out, job["bugs"])))
-    regressions = {}
-    for test, out in mine.items():
-        if out["spec"] and not out["passed"] and base.get(test, {}).get("passed"):
-            regressions.setdefault((tuple(out["keys"]), out["group"]), []).append((test, out.get("error")))
-    train, reference = training_run(modules[u], files[u]), training_run(modules[b], files[b])
-    if verdicts.new_exception(train.get("error"), reference.get("error")):
-        return dict(error=verdicts.crash_line(job["path"], train["error"], "in the short training run"))
-    lines = [verdicts.regression_line(keys, group, fails) for (keys, group), fails in regressions.items()]
-    training = verdicts.training_regression(train, reference, TRAIN_STEPS)
-    return dict(catalog={t: dict(ids=o["ids"], passed=o["passed"]) for t, o in mine.items() if not o["spec"]},
-                regressions=lines + ([training] if training else []))
+def testing_process(jobs: list[dict]) -> dict:
+    """Body of the forked test process: every variant's test outcomes, as plain data."""
+    modules, files, errors = variants(jobs)
+    outcomes, timed_out = sandbox.run_tests(modules, files) if modules else ({}, {})
+    skip = verdicts.beyond_spec_tests()
+    kept = {key: o for key, o in outcomes.items() if verdicts.test_function(key[1]) not in skip}
+    return dict(outcomes=kept, timed_out=timed_out, errors=errors)
+
+
+def training_process(jobs: list[dict]) -> dict:
+    """Body of the forked training process: the fixed twin's short run, then each variant's."""
+    import grpo_fixed
+
+    sandbox.warm_up()
+    modules, files, errors = variants(jobs)
+    runs = {"fixed": short_run(grpo_fixed, FIXED.name)}
+    for v, m in modules.items():
+        runs[v] = short_run(m, files[v])
+    return dict(runs=runs, errors=errors)
 
 
 def grade_jobs(jobs: list[Job]) -> list[dict]:
-    """Grade several files in one forked process; each result has `error` (cannot grade) or the outcomes."""
-    data = [dict(path=rel(j.path), text=j.text, bugs=j.bugs, base_name=j.base_name, base_source=j.base_source)
-            for j in jobs]
-    results = sandbox.run_forked(grading_process, data, limit=60 + 30 * len(jobs))
-    if isinstance(results, str):
-        return [dict(error=f"{j.path}: grading {results}") for j in jobs]
-    return [results[i] for i in range(len(jobs))]
+    """Grade several files: tests in one forked process, training runs in another, side by side. Each result
+    has `error` (cannot grade) or the verdicts (interview/verdicts.py `judge`)."""
+    data = [dict(path=rel(j.path), text=j.text, bugs=j.bugs, base_name=j.base_name, base_source=j.base_source,
+                 test=[b for b, how in j.judged.items() if how == "test"], other_edits=j.other_edits) for j in jobs]
+    limit = 60 + 30 * len(jobs)
+    out: dict[str, object] = {"training": dict(runs={}, errors={})}
+    kinds = [("tests", testing_process)]
+    if any(d["test"] or d["other_edits"] for d in data):  # else nothing needs a training run
+        kinds.append(("training", training_process))
+
+    def run(name, target):
+        out[name] = sandbox.run_forked(target, data, limit=limit)
+
+    threads = [threading.Thread(target=run, args=kind) for kind in kinds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name in ("tests", "training"):
+        if isinstance(out[name], str):
+            return [dict(error=f"{j.path if j.round is None else rel(j.path)}: grading {out[name]}") for j in jobs]
+    tests, training = out["tests"], out["training"]
+    results = []
+    for j, job in enumerate(jobs):
+        if j in tests["errors"]:
+            results.append(dict(error=tests["errors"][j]))
+            continue
+        results.append(verdicts.judge(j, job.bugs, job.judged, data[j]["path"], tests, training["runs"],
+                                      TRAIN_STEPS))
+    return results
 
 
-def report(job: Job, result: dict) -> tuple[list[str], int]:
+def report(job: Job, result: dict, reveal: bool = False) -> tuple[list[str], int]:
     """The grader's lines and exit code for one graded job."""
-    return verdicts.report(job.bugs, job.round, result)
+    return verdicts.report(job.bugs, job.round, result, reveal=reveal)

@@ -10,7 +10,6 @@ import re
 
 import grpo_support
 from interview.splice import FIXED
-from interview.verdicts import bug_status
 from workbook import catalog, monitor
 
 
@@ -41,7 +40,7 @@ def hint(bugs: list[str], result: dict, level: int) -> tuple[list[str], int]:
     """The hint lines for the graded bugs still remaining in `result`, and the exit code."""
     if "error" in result:
         return [f"cannot grade {result['error']}"], 2
-    remaining = [b for b, ok in bug_status(result["catalog"], bugs).items() if not ok]
+    remaining = [b for b in bugs if not result["status"][b]]
     if not remaining:
         return ["Every bug of this file is fixed: no hint needed (make grade shows any regression)."], 0
     lines = []

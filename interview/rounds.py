@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import random
 import re
 from dataclasses import dataclass, field
@@ -32,9 +33,12 @@ DEFAULT_BUGS = 3
 LEGACY_SIZE = 11
 """the catalog size of a header that does not state it"""
 
-HEADER = "# GRPO practice round {round}: {bugs} bug{s} of {size}, drawn {when} UTC."
+HEADER_START = "# GRPO practice round "
+HEADER = HEADER_START + "{round}: {bugs} bug{s} of {size}, drawn {when} UTC. (check {check})"
 HEADER_RE = re.compile(r"^# GRPO practice round (\d+): (\d+) bugs?(?: of (\d+))?, "
-                       r"drawn (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC\.$")
+                       r"drawn (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC\.(?: \(check ([0-9a-f]{8})\))?$")
+"""a header without the size (and so without the check) was written before the header carried them: still
+accepted, as the first LEGACY_SIZE bugs; a header with the size must carry its check"""
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
@@ -64,7 +68,13 @@ class Round:
     def header(self) -> str:
         when = self.drawn_at.strftime(TIME_FORMAT)
         return HEADER.format(round=self.number, bugs=self.bugs, s="" if self.bugs == 1 else "s", size=self.size,
-                             when=when)
+                             when=when, check=header_check(self.number, self.bugs, self.size, when))
+
+
+def header_check(number: int, bugs: int, size: int, when: str) -> str:
+    """8 hex digits derived from the header's fields: an edited number, count, size or time no longer matches
+    (a guard against editing the header by hand, not a secret)."""
+    return hashlib.sha256(f"GRPO round {number}:{bugs}:{size}:{when}".encode()).hexdigest()[:8]
 
 
 def parse_header(text: str) -> Round | None:
@@ -76,8 +86,23 @@ def parse_header(text: str) -> Round | None:
     bugs, size = int(match[2]), int(match[3]) if match[3] else LEGACY_SIZE
     if not 1 <= bugs <= size <= catalog_size():
         return None
+    if bool(match[3]) != bool(match[5]) or (match[5] and match[5] != header_check(int(match[1]), bugs, size, match[4])):
+        return None  # a size comes with its check: dropping the check is editing the header
     when = dt.datetime.strptime(match[4], TIME_FORMAT).replace(tzinfo=dt.UTC)
     return Round(int(match[1]), bugs, when, size)
+
+
+def header_problem(text: str) -> str | None:
+    """None for a file whose first line is an intact round header; otherwise why it cannot be graded as a
+    round, in one sentence: the header was edited, or there is none."""
+    first = text.split("\n", 1)[0].rstrip("\r")
+    if parse_header(text) is not None:
+        return None
+    if first.startswith(HEADER_START.strip()):
+        return (f"its round header was edited (it does not match what `make mock` wrote: {first[:90]!r}); "
+                f"a round is graded only with the header it was drawn with: restore it, or draw a new round")
+    return ("not a practice round: its first line is not a round header (`make mock` writes one; a round "
+            "whose header was deleted cannot be graded: restore the line)")
 
 
 def round_source(number: int, bugs: int, drawn_at: dt.datetime, hard: bool = False, size: int | None = None) -> str:

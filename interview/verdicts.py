@@ -1,44 +1,29 @@
-"""Verdicts of the mock grader, from the plain data the grading process sends back.
+"""Verdicts of the mock grader, from the plain data the grading processes send back (interview/grading.py).
 
-- a bug is fixed when every catalog test carrying its id passes; a test carrying several ids
-  (test_B6_B10_...) that fails is not held against a bug whose own tests pass while another of its ids is
-  evidently still remaining (`bug_status`);
-- a regression is a spec test (one sentence of SPEC.md, by its `@pytest.mark.spec` keys) or the short
-  training run that the file fails while the file as handed out passes it (`regression_line`,
-  `training_regression`);
-- a crash is an exception out of the graded file's own functions that the baseline does not raise there
-  (`new_exception`, `crash_line`);
-- `report`: the lines `make grade` prints and its exit code.
+- `judge`: per bug, fixed or not (a drawn bug) and regressed or not (a bug not drawn whose function the
+  learner edited), from its hybrid's test outcomes and short training run; crashes in the learner's
+  functions; spec regressions of the whole file when code outside the catalogued functions changed;
+- a regression is named by the symptom of the bug whose function broke (`symptom_clause`) or by the spec
+  sentence a failing test checks (`regression_line`), never by a bug id;
+- a crash is an exception out of the graded file's own functions (`crash_line`), reported for that function
+  with its line; the other verdicts still print;
+- `report`: the lines `make grade` prints (only fixed bugs are named; `reveal` adds the remaining ones) and
+  its exit code.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from interview import spec
 from interview.rounds import ROUND_MINUTES, clock
 from workbook import catalog
 
 
-def bug_status(catalog_out: dict, bugs: list[str]) -> dict[str, bool]:
-    """bug id -> fixed, for the graded bugs. A bug is remaining when a catalog test of its own fails, or
-    when a test shared with other ids fails and none of those others is remaining by its own tests."""
-    own_fail = {b: any(not o["passed"] for o in catalog_out.values() if o["ids"] == [b]) for b in catalog.BUG_IDS}
-    status = {}
-    for b in bugs:
-        shared = [o for o in catalog_out.values() if b in o["ids"] and len(o["ids"]) > 1 and not o["passed"]]
-        unexplained = any(not any(own_fail.get(other) for other in o["ids"] if other != b) for o in shared)
-        tested = any(b in o["ids"] for o in catalog_out.values())
-        status[b] = tested and not own_fail[b] and not unexplained
-    return status
-
-
-def in_test(test: str, out: dict, bugs: list[str]) -> str:
-    """'in <test>', unless it is a catalog test of a bug the file is not graded on: its name would give
-    away a bug that is not in the round."""
-    if out["spec"] or set(out["ids"]) <= set(bugs):
-        return f"in {test}"
-    return "in a catalog test of a bug outside this round"
+def in_test(test: str, out: dict) -> str:
+    """'in <test>' for a spec test; a catalog test's name carries a bug id, which would give the draw away."""
+    return f"in {test}" if out["spec"] else "in a catalog test"
 
 
 def new_exception(err: dict | None, base_err: dict | None) -> bool:
@@ -92,18 +77,160 @@ def regression_line(keys: list[str] | tuple[str, ...], group: str, fails: list) 
     return f"{regression_head(keys, group)}: {shown} fails{why}{more}"
 
 
-def report(bugs: list[str], round_info, result: dict, now: dt.datetime | None = None) -> tuple[list[str], int]:
-    """The grader's lines and exit code for one graded file (`round_info`: its Round, or None)."""
+BAND_LAST = 5
+"""the short training run's reward is the mean over its last BAND_LAST iterations"""
+BAND_TOLERANCE = 0.15
+"""how far below the fixed twin's own short run (same seed, config and steps) a fix may end. Chosen from the
+seed-to-seed spread of the fixed twin's 20-iteration run: over seeds 0-9 its reward (mean of iterations
+15-19) ranged 0.54-0.84 (sd 0.08; seed 0: 0.67), and a correct fix written another way changes the sampled
+tokens much as a new seed would; 0.15 is about 2 sd. Single-bug hybrids end far lower on seed 0 (B1 0.35,
+B4 0.42, B6 0.46, B2 0.47)."""
+
+
+def in_band(run: dict, reference: dict) -> str | None:
+    """None when a short run reaches the fixed twin's band (`reference`, its own short run) with the ratio at 1
+    at every first inner step; otherwise what is wrong, in words."""
+    if "error" in run:
+        return f"the short training run raised {run['error']['type']}: {run['error']['message']}"
+    if "problem" in run or "reward" not in run:
+        return run.get("problem", "the short training run logged no reward or ratio_first_maxdev")
+    if not run["ratio_ok"]:
+        return "the importance ratio is not 1 at the first inner step of the short training run"
+    floor = reference["reward"] - BAND_TOLERANCE
+    if run["reward"] < floor:
+        return (f"the short training run ends at reward {run['reward']:.2f}, below the fixed trainer's band "
+                f"(>= {floor:.2f})")
+    return None
+
+
+ROOT_TESTS = (catalog.ROOT / "tests/test_spec.py", catalog.ROOT / "tests/test_catalog.py")
+BEYOND_SPEC = "beyond_spec"
+"""marker of a test that demands more than SPEC.md states (the fixed twin's extra precision): kept as a test
+of the twin, never held against a learner's fix"""
+
+
+def test_function(test_id: str) -> str:
+    """'tests/test_spec.py::TestX::test_y[p]' -> 'TestX::test_y'; a module-level test -> its name."""
+    return "::".join(test_id.split("::")[1:]).split("[")[0]
+
+
+def beyond_spec_tests() -> set[str]:
+    """The tests (as `test_function` names them) marked @pytest.mark.beyond_spec, read from the test files'
+    source (a class's marker covers its tests)."""
+    import ast
+
+    def marked(node) -> bool:
+        return any(BEYOND_SPEC in ast.unparse(d) for d in getattr(node, "decorator_list", []))
+
+    found = set()
+    for path in ROOT_TESTS:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                for fn in node.body:
+                    if isinstance(fn, ast.FunctionDef) and (marked(node) or marked(fn)):
+                        found.add(f"{node.name}::{fn.name}")
+            elif isinstance(node, ast.FunctionDef) and marked(node):
+                found.add(node.name)
+    return found
+
+
+def symptom_clause(bug_id: str) -> str:
+    """The first clause of a bug's symptom: what the logs show, without its id or its function."""
+    return re.split(r"[;:,]", catalog.bug(bug_id).symptom)[0].strip()
+
+
+def first_crash(path: str, mine: dict, timed_out: dict | None) -> str | None:
+    """The crash line of one variant: the test that hit its time limit, or the first exception out of the
+    learner's own code (a frame of its file)."""
+    if timed_out:
+        return crash_line(path, timed_out, in_test(timed_out["test"], mine[timed_out["test"]]))
+    for test, out in sorted(mine.items()):
+        err = out.get("error")
+        if err and err["user"] and err["where"]:
+            return crash_line(path, err, in_test(test, out))
+    return None
+
+
+def hybrid_verdict(bug_id: str, mine: dict, crash: str | None, band: str | None) -> str | None:
+    """Why the learner's version of the bug's function is not right (None: it is)."""
+    if crash:
+        return "it crashes"
+    failing = sorted(t for t, o in mine.items() if not o["passed"])
+    if failing:
+        spec_fail = [t for t in failing if mine[t]["spec"]]
+        if spec_fail:
+            out = mine[spec_fail[0]]
+            return f"{regression_head(out['keys'], out['group'])}: {test_function(spec_fail[0])} fails"
+        return f"{len(failing)} catalog test{'s' * (len(failing) != 1)} fail{'s' * (len(failing) == 1)}"
+    return band
+
+
+def judge(j: int, bugs: list[str], judged: dict[str, str], path: str, tests: dict, runs: dict, steps: int) -> dict:
+    """One job's verdicts: status (drawn bug -> fixed), crashes, regressions; or `error` when a graded
+    function left the sandbox's rules (exited, ran out of memory). `runs`: the short training runs (of
+    `steps` iterations) by variant, and the fixed twin's as 'fixed'."""
+    by_variant: dict[str, dict] = {}
+    for (v, test), out in tests["outcomes"].items():
+        by_variant.setdefault(v, {})[test] = out
+    for v, mine in by_variant.items():
+        if v.startswith(f"u{j}") and (v == f"u{j}" or v.startswith(f"u{j}.")):
+            for test, out in mine.items():
+                if out.get("error", {}).get("breach") and out["error"]["type"] != "TimeLimit":
+                    return dict(error=crash_line(path, out["error"], in_test(test, out)))
+    status, crashes, regressions = {}, [], []
+    for b in catalog.BUG_IDS:
+        how = judged[b]
+        if how != "test":
+            if b in bugs:
+                status[b] = how == "fixed"
+            continue
+        v = f"u{j}.{b}"
+        mine = by_variant.get(v, {})
+        crash = first_crash(path, mine, tests["timed_out"].get(v))
+        if crash:
+            crashes.append(crash)
+        band = in_band(runs[v], runs["fixed"]) if v in runs else "no short training run"
+        why = hybrid_verdict(b, mine, crash, band)
+        if b in bugs:
+            status[b] = why is None
+        elif why is not None:
+            site = catalog.bug(b).function
+            regressions.append(f"{site}: {symptom_clause(b)} ({why})")
+    u, base = f"u{j}", f"b{j}"
+    if u in runs:  # code outside the catalogued functions changed: the whole file against the round as drawn
+        mine, theirs = by_variant.get(u, {}), by_variant.get(base, {})
+        crash = first_crash(path, mine, tests["timed_out"].get(u))
+        if crash and crash not in crashes:
+            crashes.append(crash)
+        failed = {}
+        for test, out in mine.items():
+            if out["spec"] and not out["passed"] and theirs.get(test, {}).get("passed"):
+                failed.setdefault((tuple(out["keys"]), out["group"]), []).append((test, out.get("error")))
+        regressions += [regression_line(keys, group, fails) for (keys, group), fails in failed.items()]
+        training = training_regression(runs[u], runs.get(base, {}), steps)
+        if training:
+            regressions.append(training)
+    return dict(status=status, crashes=crashes, regressions=regressions)
+
+
+def report(bugs: list[str], round_info, result: dict, now: dt.datetime | None = None,
+           reveal: bool = False) -> tuple[list[str], int]:
+    """The grader's lines and exit code for one graded file (`round_info`: its Round, or None). Only fixed
+    bugs are named; the remaining ones only with `reveal`."""
     if "error" in result:
         return [f"cannot grade {result['error']}"], 2
-    status = bug_status(result["catalog"], bugs)
-    lines = [f"{b} {'fixed' if ok else 'remaining'}" for b, ok in status.items()]
+    status = result["status"]
+    done = [b for b in bugs if status[b]]
+    lines = [f"fixed: {b} {catalog.bug(b).title}" for b in done] or ["fixed: none yet"]
+    lines += [f"crash: {c}" for c in result["crashes"]]
     regressions = result["regressions"]
     lines.append("regressions: " + ("none" if not regressions else f"{len(regressions)}"))
     lines += [f"  {r}" for r in regressions]
-    k, n, r = sum(status.values()), len(status), len(regressions)
+    if reveal:
+        lines += [f"remaining: {b} {catalog.bug(b).title}" for b in bugs if not status[b]]
+    k, n, r = len(done), len(bugs), len(regressions)
     last = f"{k} of {n} fixed, {r} regression{'s' * (r != 1)}"
     if round_info is not None:
         last += f", {clock(round_info, now)} since the round was drawn (the round is {ROUND_MINUTES} minutes)"
     lines.append(last)
-    return lines, 0 if k == n and r == 0 else 1
+    return lines, 0 if k == n and r == 0 and not result["crashes"] else 1

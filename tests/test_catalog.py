@@ -289,6 +289,18 @@ def test_B11_optimizer_step_clips_the_gradient_norm(impl):
     assert post_clip <= 1.0 + 1e-5, f"gradient norm {post_clip:.1f} after optimizer_step, max_grad_norm 1.0"
 
 
+def test_B11_the_step_applies_the_gradient_clipped_to_its_l2_norm(impl):
+    """Clipping must come before optimizer.step() and measure the L2 norm: one SGD step of lr 1 then moves the
+    parameters by exactly max_grad_norm (clipping after the step moves them by ~2236, an L1 clip by 0.45)."""
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    before = torch.cat([p.detach().flatten() for p in net.parameters()])
+    loss = 1e3 * net(torch.ones(1, 4)).sum()  # every gradient entry 1000: L2 norm 2236, L1 norm 5000
+    impl.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=1.0), loss, 1.0)
+    moved = (torch.cat([p.detach().flatten() for p in net.parameters()]) - before).norm().item()
+    assert moved == pytest.approx(1.0, rel=1e-4), f"the step moved the parameters by {moved:.4g}, not by 1.0"
+
+
 # ----------------------------------------------------------------------------------------------
 # The catalog proof
 

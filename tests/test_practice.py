@@ -124,7 +124,7 @@ def test_round_runs_as_a_script(tmp_path):
     assert "reward" in proc.stdout
 
 
-def test_hard_keeps_only_first_docstring_lines():
+def test_hard_keeps_whole_first_sentences_of_docstrings():
     easy, hard = rounds.round_source(5, 3, WHEN), rounds.round_source(5, 3, WHEN, hard=True)
     strip = lambda text: [  # noqa: E731 - every node's code with its docstring removed
         ast.dump(n) for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
@@ -136,8 +136,9 @@ def test_hard_keeps_only_first_docstring_lines():
     assert len(hard) < len(easy)
     long_ones = [name for name, d in docs(easy).items() if "\n" in d]
     assert len(long_ones) > 5
-    for name, d in docs(hard).items():
-        assert "\n" not in d and d == docs(easy)[name].splitlines()[0].strip(), name
+    for name, d in docs(hard).items():  # the first whole lines of the docstring, up to a sentence's end
+        lines = docs(easy)[name].splitlines()
+        assert d.splitlines() == lines[: splice.first_sentence_lines(lines)], name
     assert len(strip(hard)) == len(strip(easy))
     load(hard, "hard_round").train(seed=0, steps=1)
 
@@ -195,12 +196,22 @@ def test_default_file_without_rounds(tmp_path, monkeypatch):
 
 def test_header_and_clock():
     info = rounds.Round(7, 1, WHEN)
-    assert info.header() == "# GRPO practice round 7: 1 bug of 11, drawn 2026-11-30 12:00:00 UTC."
+    assert info.header() == "# GRPO practice round 7: 1 bug of 11, drawn 2026-11-30 12:00:00 UTC. (check b752d91e)"
     assert rounds.parse_header(info.header() + "\nx = 1\n") == info
+    assert rounds.header_problem(info.header() + "\nx = 1\n") is None
     assert rounds.parse_header("# GRPO practice round 7: 12 bugs, drawn 2026-11-30 12:00:00 UTC.") is None
     assert rounds.parse_header("# GRPO practice round 7: 3 bugs of 12, drawn 2026-11-30 12:00:00 UTC.") is None
     assert rounds.parse_header('"""not a round"""') is None
     assert rounds.clock(info, WHEN + dt.timedelta(minutes=46, seconds=5)) == "46:05"
+
+
+@pytest.mark.parametrize("edit", [("round 7:", "round 8:"), ("1 bug of 11", "2 bugs of 11"), ("12:00:00", "12:00:01"),
+                                  (" (check b752d91e)", ""), ("b752d91e", "b752d91f")])
+def test_an_edited_header_is_no_header(edit):
+    text = replace_once(rounds.Round(7, 1, WHEN).header(), *edit) + "\nx = 1\n"
+    assert rounds.parse_header(text) is None
+    assert "header was edited" in rounds.header_problem(text)
+    assert "not a practice round" in rounds.header_problem("x = 1\n")
 
 
 def test_a_header_without_the_catalog_size_means_eleven_bugs():
@@ -229,24 +240,6 @@ def test_adding_a_bug_to_the_catalog_regrades_no_old_round(monkeypatch):
 # Verdicts and hints (on synthetic outcomes)
 
 
-def outcomes(**passed) -> dict:
-    """catalog outcomes for tests named like test_B6_B10_x=False."""
-    return {name: dict(ids=sorted(set(BUG_TOKEN.findall(name.replace("_", " ")))), passed=ok)
-            for name, ok in passed.items()}
-
-
-def test_a_shared_test_is_not_held_against_a_bug_whose_own_tests_pass():
-    both_broken = outcomes(test_B6_a=False, test_B10_a=False, test_B6_B10_a=False)
-    only_b10 = outcomes(test_B6_a=True, test_B10_a=False, test_B6_B10_a=False)
-    shared_only = outcomes(test_B6_a=True, test_B10_a=True, test_B6_B10_a=False)
-    fixed_both = outcomes(test_B6_a=True, test_B10_a=True, test_B6_B10_a=True)
-    assert verdicts.bug_status(both_broken, ["B6", "B10"]) == {"B6": False, "B10": False}
-    assert verdicts.bug_status(only_b10, ["B6", "B10"]) == {"B6": True, "B10": False}
-    assert verdicts.bug_status(shared_only, ["B6", "B10"]) == {"B6": False, "B10": False}
-    assert verdicts.bug_status(fixed_both, ["B6", "B10"]) == {"B6": True, "B10": True}
-    assert verdicts.bug_status(fixed_both, ["B3"]) == {"B3": False}, "a bug without any test is never 'fixed'"
-
-
 def test_level_one_never_names_a_function_and_stats_exist():
     names = {n.name for n in ast.parse(handout()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     table = grpo_support.STATS
@@ -262,11 +255,10 @@ def test_level_one_never_names_a_function_and_stats_exist():
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_hints_name_only_remaining_bugs(level):
     bugs = ["B2", "B6", "B10"]
-    result = dict(catalog=outcomes(test_B2_a=True, test_B6_a=True, test_B10_a=False, test_B6_B10_a=False,
-                                   test_B1_a=False), regressions=[])
+    result = dict(status={"B2": True, "B6": True, "B10": False}, crashes=[], regressions=[])
     lines, code = hints.hint(bugs, result, level)
     assert code == 0 and set(BUG_TOKEN.findall("\n".join(lines))) == {"B10"}
-    done = dict(catalog=outcomes(test_B2_a=True, test_B6_a=True, test_B10_a=True, test_B6_B10_a=True), regressions=[])
+    done = dict(status={"B2": True, "B6": True, "B10": True}, crashes=[], regressions=[])
     lines, _ = hints.hint(bugs, done, level)
     assert not BUG_TOKEN.findall("\n".join(lines))
 
@@ -308,7 +300,7 @@ def test_scratch_files_go_to_the_scratch_grader(monkeypatch, capsys):
 
 
 def test_grade_handout_fixed_some_fixes_and_regressions(tmp_path):
-    buggy, good = handout(), fixed()
+    buggy, good = rounds.round_source(21, len(catalog.BUG_IDS), WHEN), fixed()  # every bug: the hand-out
     some = splice.splice(buggy, good, ["sample_from_logits", "completion_logits"])  # B6 fixed, B10 not
     round_1 = rounds.round_source(1, 3, WHEN)
     assert "B1" not in rounds.draw(1, 3)  # sample_from_logits is fixed in this round
@@ -325,47 +317,82 @@ def test_grade_handout_fixed_some_fixes_and_regressions(tmp_path):
     assert h["lines"][-1] == f"0 of {len(catalog.BUG_IDS)} fixed, 0 regressions"
     assert f["code"] == 0 and all(f["status"].values()) and f["regressions"] == []
     assert {b for b, ok in s["status"].items() if ok} == {"B1", "B6"} and s["regressions"] == []
+    assert s["lines"][:2] == [f"fixed: {b} {catalog.bug(b).title}" for b in ("B1", "B6")], s["lines"]
+    assert set(BUG_TOKEN.findall("\n".join(s["lines"]))) == {"B1", "B6"}, "a remaining bug was named"
     assert gen["status"] == {b: False for b in rounds.draw(1, 3)}
     assert len(gen["regressions"]) == 1 and "generator" in gen["regressions"][0], gen["regressions"]
+    head = f"sample_from_logits: {verdicts.symptom_clause('B1')} ("
+    assert gen["regressions"][0].startswith(head), gen["regressions"]
+    assert not BUG_TOKEN.findall("\n".join(gen["lines"])), "a regression is named by its symptom, not its id"
     assert {b for b, ok in one["status"].items() if ok} == {rounds.draw(1, 3)[0]} and one["regressions"] == []
     assert "since the round was drawn (the round is 45 minutes)" in one["lines"][-1]
     assert one["lines"][-1].startswith("1 of 3 fixed, 0 regressions, ")
     assert len(kl["regressions"]) == 1 and "kl" in kl["regressions"][0] and "training" in kl["regressions"][0]
 
 
-BAD = {  # name -> (edit of grpo_buggy.py, what the one line must say)
+BAD = {  # name -> (edit of a round with every bug, what the one line must say)
     "syntax": (("    total = (values * mask).sum()", "    total = (values * mask).sum("), r":\d+: syntax error"),
     "renamed": (("def group_advantage(", "def group_adv("), r"no function group_advantage"),
     "signature": (("mask, clip: float = 0.2):", "mask, clip: float = 0.3):"), r"grpo_loss.*changed its signature"),
+    "import": (("import torch.nn as nn\n", "import torch.nn as nn\nraise ImportError('nope')\n"),
+               r"importing it raised ImportError"),
+}
+CRASH = {  # name -> (edit of a round with every bug, what its crash line must say): the file is still graded
     "raises": (("    total = (values * mask).sum()", "    raise RuntimeError('boom')"),
                r"masked_mean \(line \d+\) raised RuntimeError in .*: boom"),
     "typo": (("    mask = mask.bool()\n    total", "    mask = maskk.bool()\n    total"),
              r"masked_mean \(line \d+\) raised NameError"),
-    "import": (("import torch.nn as nn\n", "import torch.nn as nn\nraise ImportError('nope')\n"),
-               r"importing it raised ImportError"),
     "hang": (("    mask = mask.bool()\n    total", "    while True:\n        pass\n    total"),
              r"masked_mean \(line \d+\) did not return .*time limit"),
 }
 
 
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path):
-    paths = [write(tmp_path, f"{name}.py", replace_once(handout(), *edit)) for name, (edit, _) in BAD.items()]
+    every = rounds.round_source(22, len(catalog.BUG_IDS), WHEN)
+    paths = [write(tmp_path, f"{name}.py", replace_once(every, *edit)) for name, (edit, _) in BAD.items()]
     paths.append(tmp_path / "missing.py")
-    round_0 = rounds.round_source(0, 3, WHEN)
-    assert "B3" not in rounds.draw(0, 3)  # masked_mean first runs in a B3 test: its name must not be shown
-    round_typo = write(tmp_path, "round_0.py", replace_once(round_0, *BAD["typo"][0]))
+    header = every.split("\n", 1)[0]
+    refused = {"no header": (handout(), "not a practice round"),
+               "edited header": (replace_once(every, header, header.replace("round 22", "round 23")),
+                                 "header was edited")}
+    paths += [write(tmp_path, f"{name.replace(' ', '_')}.py", text) for name, (text, _) in refused.items()]
     before = sorted(p.name for p in tmp_path.iterdir())
-    results, code = grade(*paths, round_typo, splice.HANDOUT)
+    results, code = grade(*paths, splice.HANDOUT)
     assert code == 2
-    typo_line = results[-2]["lines"][0]
-    assert re.search(BAD["typo"][1], typo_line) and "outside this round" in typo_line, typo_line
-    assert set(BUG_TOKEN.findall(typo_line)) <= set(rounds.draw(0, 3)), typo_line
-    for result, (name, (_, pattern)) in zip(results, [*BAD.items(), ("missing", (None, "no such file"))],
-                                            strict=False):
+    expected = [*BAD.items(), ("missing", (None, "no such file")), *refused.items()]
+    for result, (name, (_, pattern)) in zip(results, expected, strict=False):
         assert result["code"] == 2 and len(result["lines"]) == 1, (name, result)
         assert re.search(pattern, result["lines"][0]) and result["lines"][0].startswith("cannot grade "), (name, result)
-    assert results[-1]["code"] == 1, "a hang or crash in one file leaves the others gradable"
+    assert results[-1]["code"] == 1, "a bad file leaves the others gradable"
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "grading wrote something (e.g. __pycache__)"
+
+
+def test_a_crash_is_reported_for_its_function_and_the_other_verdicts_still_print(tmp_path):
+    every = rounds.round_source(22, len(catalog.BUG_IDS), WHEN)
+    paths = [write(tmp_path, f"{name}.py", splice.splice(replace_once(every, *edit), fixed(), ["grpo_loss"]))
+             for name, (edit, _) in CRASH.items()]
+    round_0 = rounds.round_source(0, 3, WHEN)
+    assert "B5" not in rounds.draw(0, 3)  # masked_mean's bug is not drawn: its crash must not name the draw
+    paths.append(write(tmp_path, "round_0.py", replace_once(round_0, *CRASH["typo"][0])))
+    n = next(n for n in range(100) if "B1" in rounds.draw(n, 3) and "B4" in rounds.draw(n, 3))
+    shift = "    probs = logits - logits.min(dim=-1, keepdim=True).values"
+    overflow = replace_once(rounds.round_source(n, 3, WHEN), shift,
+                            "    probs = logits.exp()")  # overflows to inf for large logits: multinomial raises
+    paths.append(write(tmp_path, f"round_{n}.py", splice.splice(overflow, fixed(), ["grpo_loss"])))
+    results, code = grade(*paths)
+    assert code == 1
+    for result, (name, (_, pattern)) in zip(results, CRASH.items(), strict=False):
+        crash = [line for line in result["lines"] if line.startswith("crash: ")]
+        assert result["code"] == 1 and len(crash) == 1 and re.search(pattern, crash[0]), (name, result["lines"])
+        assert result["lines"][0] == f"fixed: B4 {catalog.bug('B4').title}", (name, result["lines"])
+        assert result["lines"][-1].startswith(f"1 of {len(catalog.BUG_IDS)} fixed"), (name, result["lines"])
+    typo, exp = results[-2], results[-1]
+    assert any(re.search(CRASH["typo"][1], line) for line in typo["lines"]), typo["lines"]
+    assert not BUG_TOKEN.findall("\n".join(typo["lines"])), typo["lines"]
+    assert exp["status"]["B4"] and not exp["status"]["B1"], exp["lines"]
+    assert any(re.search(r"^crash: .*sample_from_logits \(line \d+\) raised RuntimeError", line)
+               for line in exp["lines"]), exp["lines"]
+    assert exp["lines"][0] == f"fixed: B4 {catalog.bug('B4').title}", exp["lines"]
 
 
 def test_command_line_report_and_hint(tmp_path):
@@ -375,9 +402,16 @@ def test_command_line_report_and_hint(tmp_path):
                           capture_output=True, text=True, timeout=300)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert lines[: len(drawn)] == [f"{b} remaining" for b in drawn] and lines[len(drawn)] == "regressions: none"
+    assert lines[:2] == ["fixed: none yet", "regressions: none"], lines
     assert re.fullmatch(r"0 of 3 fixed, 0 regressions, \d\d+:\d\d since the round was drawn "
-                        r"\(the round is 45 minutes\)", lines[-1])
+                        r"\(the round is 45 minutes\)", lines[2])
+    assert not BUG_TOKEN.findall(proc.stdout), "make grade named a remaining bug"
+    sites = {catalog.bug(b).function for b in drawn}
+    assert not sites & set(re.findall(r"\w+", proc.stdout)), "make grade named a remaining bug's function"
+    proc = subprocess.run([sys.executable, "-m", "interview", "grade", "--reveal", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert [line for line in proc.stdout.splitlines() if line.startswith("remaining: ")] == [
+        f"remaining: {b} {catalog.bug(b).title}" for b in drawn], proc.stdout
     for level in ("1", "3"):
         proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", level],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -1,0 +1,299 @@
+"""The grader cannot be fooled: for every catalogued bug, plausible wrong fixes that must not count as fixed
+and correct fixes written another way than the fixed twin's that must.
+
+Each fix is a source edit of a 1-bug round of that bug (generated with interview.rounds in a tmp dir): the
+buggy function is replaced, as a candidate would rewrite it. Every file of one bug is graded in one run of
+the grader's command line (`python -m interview grade --json`). A wrong fix that passed every test was
+answered by a new test in tests/test_catalog.py or tests/test_spec.py (where it belongs, with its bug id or
+SPEC.md key), never by a special case in the grader.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from interview import rounds, splice
+from workbook import catalog
+
+pytestmark = pytest.mark.slow
+
+ROOT = rounds.ROOT
+WHEN = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def one_bug_round(bug_id: str) -> tuple[int, str]:
+    """(round number, source) of the first 1-bug round that draws `bug_id`."""
+    number = next(n for n in range(1000) if rounds.draw(n, 1) == [bug_id])
+    return number, rounds.round_source(number, 1, WHEN)
+
+
+def body(header: str, *lines: str) -> str:
+    return "\n".join([header, *lines]) + "\n"
+
+
+SAMPLE = "def sample_from_logits(logits, num_samples: int = 1, *, generator=None):"
+ADV = "def group_advantage(rewards, eps: float = 1e-8):"
+UPDATE = "def update_policy(policy, optimizer, batch, cfg, generator):"
+LOSS = "def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):"
+MEAN = "def masked_mean(values, mask):"
+SHIFT = "def completion_logits(policy, prompts, completions):"
+LOGP = "def token_logprobs(logits, tokens):"
+KL = "def kl_to_reference(logprobs, ref_logprobs, mask):"
+GROUPS = "def batch_advantages(rewards, group_size: int, eps: float = 1e-8):"
+TEMP = "def policy_logprobs(policy, prompts, completions, temperature):"
+STEP = "def optimizer_step(policy, optimizer, loss, max_grad_norm):"
+
+
+def update(old: str) -> str:
+    """update_policy with the line that sets old_logprobs (inside the minibatch loop) replaced by `old`;
+    `old` may start with 'EPOCH:' to set `old_all` once per epoch instead."""
+    per_epoch = old.startswith("EPOCH:")
+    lines = [UPDATE, "    policy.train()", "    records = []", "    for _ in range(cfg.inner_epochs):"]
+    if per_epoch:
+        lines += ["        with torch.no_grad():",
+                  '            old_all = policy_logprobs(policy, batch["prompts"], batch["completions"], '
+                  'cfg.temperature)']
+    lines += ['        for idx in torch.randperm(batch["rewards"].shape[0], generator=generator)'
+              '.chunk(cfg.minibatches):',
+              '            mask = batch["mask"][idx]',
+              '            logprobs = policy_logprobs(policy, batch["prompts"][idx], batch["completions"][idx], '
+              'cfg.temperature)',
+              f"            old_logprobs = {old.removeprefix('EPOCH:')}",
+              '            adv = batch["advantages"][idx]',
+              "            pg_loss = grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip)",
+              '            kl = kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)',
+              "            loss = pg_loss + cfg.beta * kl",
+              "            grad_norm = optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)",
+              "            records.append(inner_step_record(logprobs, old_logprobs, adv, mask, cfg.clip, kl, loss, "
+              "grad_norm))",
+              "    return records"]
+    return body(*lines)
+
+
+def loss(clipped: str, pick: str = "torch.min") -> str:
+    return body(LOSS, "    mask = check_loss_inputs(logprobs, old_logprobs, advantages, mask, clip)",
+                "    log_ratio = _zero_masked(logprobs - old_logprobs.detach(), mask)",
+                "    ratio = torch.exp(log_ratio.clamp(max=math.log(torch.finfo(log_ratio.dtype).max) - 1))",
+                "    adv = advantages.detach().unsqueeze(1)",
+                "    unclipped = ratio * adv",
+                f"    clipped = {clipped}",
+                f"    return -masked_mean({pick}(unclipped, clipped), mask)")
+
+
+def shift(rows: str) -> str:
+    return body(SHIFT, "    bos = torch.full((prompts.shape[0], 1), policy.bos_id)",
+                "    logits = policy(torch.cat([bos, prompts, completions], dim=1))",
+                "    T = completions.shape[1]", f"    return {rows}")
+
+
+def kl(*lines: str) -> str:
+    return body(KL, "    mask = mask.bool()", *lines)
+
+
+def step(clip_line: str, after: bool = False) -> str:
+    lines = [STEP, "    optimizer.zero_grad(set_to_none=True)", "    loss.backward()"]
+    stepping = ["    if torch.isfinite(loss) and torch.isfinite(grad_norm):", "        optimizer.step()"]
+    if after:
+        lines += ["    grad_norm = torch.nn.utils.get_total_norm([p.grad for p in policy.parameters() "
+                  "if p.grad is not None])", *stepping, f"    {clip_line}"]
+    else:
+        lines += [f"    {clip_line}", *stepping]
+    return body(*lines, "    return grad_norm.item()")
+
+
+FIXES = {  # bug id -> (wrong fixes, correct fixes): name -> the buggy function's new source
+    "B1": (
+        {"softmax over dim 0": body(SAMPLE, "    check_logits(logits, num_samples)",
+                                    "    probs = torch.softmax(logits, dim=0)",
+                                    "    return torch.multinomial(probs, num_samples, replacement=True, "
+                                    "generator=generator)"),
+         "generator not passed": body(SAMPLE, "    check_logits(logits, num_samples)",
+                                      "    return torch.multinomial(torch.softmax(logits, -1), num_samples, "
+                                      "replacement=True)"),
+         "exp without a shift": body(SAMPLE, "    check_logits(logits, num_samples)",
+                                     "    return torch.multinomial(logits.exp(), num_samples, replacement=True, "
+                                     "generator=generator)")},
+        {"torch.softmax": body(SAMPLE, "    check_logits(logits, num_samples)",
+                               "    probs = torch.softmax(logits, -1)",
+                               "    return torch.multinomial(probs, num_samples, replacement=True, "
+                               "generator=generator)"),
+         "Tensor.softmax": body(SAMPLE, "    check_logits(logits, num_samples)",
+                                "    return torch.multinomial(logits.softmax(-1), num_samples, replacement=True, "
+                                "generator=generator)"),
+         "F.softmax": body(SAMPLE, "    import torch.nn.functional as F", "",
+                           "    check_logits(logits, num_samples)",
+                           "    probs = F.softmax(logits, dim=-1)",
+                           "    return torch.multinomial(probs, num_samples, replacement=True, generator=generator)")},
+    ),
+    "B2": (
+        {"eps inside the sqrt": body(ADV, "    r = check_rewards(rewards, eps)", "    centered = r - r.mean()",
+                                     "    return centered / (centered.pow(2).mean() + eps).sqrt()"),
+         "max(std, eps)": body(ADV, "    r = check_rewards(rewards, eps)", "    centered = r - r.mean()",
+                               "    return centered / centered.pow(2).mean().sqrt().clamp(min=eps)"),
+         "no eps, nan_to_num": body(ADV, "    r = check_rewards(rewards, eps)", "    centered = r - r.mean()",
+                                    "    return torch.nan_to_num(centered / centered.pow(2).mean().sqrt())"),
+         "sample std": body(ADV, "    r = check_rewards(rewards, eps)",
+                            "    if bool((r == r[0]).all()):", "        return torch.zeros_like(r)",
+                            "    return (r - r.mean()) / (r.std() + eps)")},
+        {"std(correction=0) + eps, rescaled": body(
+            ADV, "    r = check_rewards(rewards, eps)",
+            "    if bool((r == r[0]).all()):", "        return torch.zeros_like(r)",
+            "    scale = max(1.0, float(r.abs().max()))  # overflow guard: huge rewards are rescaled first",
+            "    r = r / scale",
+            "    return (r - r.mean()) / (r.std(correction=0) + eps / scale)"),
+         "std_mean, guarded": body(
+            ADV, "    r = check_rewards(rewards, eps)",
+            "    if bool((r == r[0]).all()):", "        return torch.zeros_like(r)",
+            "    big = r.abs().max()",
+            "    if big > 1e150:", "        r, eps = r / big, eps / float(big)",
+            "    std, mean = torch.std_mean(r, correction=0)",
+            "    return (r - mean) / (std + eps)")},
+    ),
+    "B3": (
+        {"reference log-probs as old": update('batch["ref_logprobs"][idx]'),
+         "old log-probs once per epoch": update("EPOCH:old_all[idx]")},
+        {"cached old log-probs": update('batch["old_logprobs"][idx]'),
+         "index_select, detached": update('batch["old_logprobs"].index_select(0, idx).detach()')},
+    ),
+    "B4": (
+        {"clamp of the product by A-scaled bounds": loss("torch.clamp(ratio * adv, (1 - clip) * adv, "
+                                                         "(1 + clip) * adv)"),
+         "max of the two terms": loss("torch.clamp(ratio, 1 - clip, 1 + clip) * adv", "torch.max"),
+         "clip the ratio, no A": loss("torch.clamp(ratio, 1 - clip, 1 + clip)")},
+        {"torch.clamp(ratio) * A": loss("torch.clamp(ratio, 1 - clip, 1 + clip) * adv"),
+         "ratio.clip * A": loss("adv * ratio.clip(1 - clip, 1 + clip)")},
+    ),
+    "B5": (
+        {"detached tensor(0.) when all masked": body(
+            MEAN, "    mask = mask.bool()", "    if not mask.any():", "        return torch.tensor(0.0)",
+            "    return torch.where(mask, values, torch.zeros_like(values)).sum() / mask.sum()"),
+         "clamped count, values * mask": body(MEAN, "    mask = mask.bool()",
+                                              "    return (values * mask).sum() / mask.sum().clamp(min=1)"),
+         "mean of the selection": body(MEAN, "    return values[mask.bool()].mean()")},
+        {"torch.where": body(MEAN, "    mask = mask.bool()",
+                             "    kept = torch.where(mask, values, torch.zeros_like(values))",
+                             "    return kept.sum() / mask.sum().clamp(min=1)"),
+         "selection sum / max(1, count)": body(MEAN, "    mask = mask.bool()",
+                                               "    return values[mask].sum() / max(1, int(mask.sum()))")},
+    ),
+    "B6": (
+        {"shifted by two": shift("logits[:, -T - 2 : -2]"),
+         "the first T rows": shift("logits[:, :T]")},
+        {"rows -T-1 .. -2": shift("logits[:, -T - 1 : -1]"),
+         "rows P .. P+T-1": shift("logits[:, prompts.shape[1] : prompts.shape[1] + T]")},
+    ),
+    "B7": (
+        {"float64 log(softmax)": body(LOGP, "    probs = torch.softmax(logits.double(), dim=-1)",
+                                      "    logp = torch.log(probs).to(logits.dtype)",
+                                      "    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)"),
+         "log(softmax + tiny)": body(LOGP, "    probs = torch.softmax(logits, dim=-1)",
+                                     "    logp = torch.log(probs + 1e-30)",
+                                     "    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)")},
+        {"log_softmax": body(LOGP, "    logp = torch.log_softmax(logits, dim=-1)",
+                             "    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)"),
+         "x - logsumexp": body(LOGP, "    logp = logits - logits.logsumexp(-1, keepdim=True)",
+                               "    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)")},
+    ),
+    "B8": (
+        {"k1 estimator": kl("    log_ratio = _zero_masked(ref_logprobs.detach() - logprobs, mask)",
+                            "    return masked_mean(-log_ratio, mask)"),
+         "policy side detached": kl("    log_ratio = _zero_masked(ref_logprobs.detach() - logprobs.detach(), mask)",
+                                    "    return masked_mean(log_ratio.exp() - log_ratio - 1, mask)"),
+         "k2 estimator": kl("    log_ratio = _zero_masked(ref_logprobs.detach() - logprobs, mask)",
+                            "    return masked_mean(0.5 * log_ratio**2, mask)")},
+        {"k3 on log(pi_ref / pi)": kl("    log_ratio = _zero_masked(ref_logprobs.detach() - logprobs, mask)",
+                                      "    return masked_mean(log_ratio.exp() - log_ratio - 1, mask)"),
+         "expm1 form": kl("    x = torch.where(mask, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))",
+                          "    return masked_mean(torch.expm1(x) - x, mask)")},
+    ),
+    "B9": (
+        {"view(G, B) transposed": body(GROUPS, "    groups = rewards.view(group_size, -1).T",
+                                       "    adv = torch.stack([group_advantage(g.tolist(), eps) for g in groups])",
+                                       "    return adv.reshape(-1).float()"),
+         "right groups, transposed back": body(GROUPS, "    groups = rewards.view(-1, group_size)",
+                                               "    adv = torch.stack([group_advantage(g.tolist(), eps) "
+                                               "for g in groups])",
+                                               "    return adv.T.reshape(-1).float()")},
+        {"view(-1, G)": body(GROUPS, "    groups = rewards.view(-1, group_size)",
+                             "    adv = torch.stack([group_advantage(g.tolist(), eps) for g in groups])",
+                             "    return adv.reshape(-1).float()"),
+         "unflatten": body(GROUPS, "    groups = rewards.unflatten(0, (-1, group_size))",
+                           "    return torch.cat([group_advantage(g.tolist(), eps) for g in groups]).float()")},
+    ),
+    "B10": (
+        {"logits times T": body(TEMP, "    logits = completion_logits(policy, prompts, completions) * temperature",
+                                "    return token_logprobs(logits, completions)"),
+         "log-probs divided by T": body(TEMP, "    logits = completion_logits(policy, prompts, completions)",
+                                        "    return token_logprobs(logits, completions) / temperature")},
+        {"logits / T": body(TEMP, "    logits = completion_logits(policy, prompts, completions) / temperature",
+                            "    return token_logprobs(logits, completions)"),
+         "scaled in the call": body(TEMP, "    logits = completion_logits(policy, prompts, completions)",
+                                    "    return token_logprobs(logits / temperature, completions)")},
+    ),
+    "B11": (
+        {"clip after optimizer.step()": step(
+            "torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)", after=True),
+         "L1-norm clip": step("grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm, "
+                              "norm_type=1)")},
+        {"positional max_grad_norm": step("grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), "
+                                          "max_grad_norm)"),
+         "max_norm=": step("grad_norm = torch.nn.utils.clip_grad_norm_(list(policy.parameters()), "
+                           "max_norm=max_grad_norm, norm_type=2.0)")},
+    ),
+}
+
+
+def grade(paths: list[Path]) -> tuple[list[dict], int]:
+    proc = subprocess.run([sys.executable, "-m", "interview", "grade", "--json", *map(str, paths)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(paths), proc.stdout + proc.stderr
+    return results, proc.returncode
+
+
+def test_every_bug_has_two_wrong_and_two_correct_fixes():
+    assert set(FIXES) == set(catalog.BUG_IDS)
+    for b, (wrong, right) in FIXES.items():
+        assert len(wrong) >= 2 and len(right) >= 2, b
+
+
+@pytest.mark.parametrize("bug_id", catalog.BUG_IDS)
+def test_wrong_fixes_do_not_count_and_correct_ones_do(tmp_path, bug_id):
+    number, text = one_bug_round(bug_id)
+    site = catalog.bug(bug_id).function
+    wrong, right = FIXES[bug_id]
+    cases = [(name, False, src) for name, src in wrong.items()] + [(name, True, src) for name, src in right.items()]
+    paths = []
+    for i, (_, _, src) in enumerate(cases):
+        path = tmp_path / f"round_{number}_{i}.py"
+        path.write_text(splice.replace_functions(text, {site: src}))
+        paths.append(path)
+    results, _ = grade(paths)
+    for (name, good, _), result in zip(cases, results, strict=True):
+        assert result["code"] != 2, (bug_id, name, result["lines"])
+        if good:
+            assert result["status"] == {bug_id: True} and result["regressions"] == [], (bug_id, name, result["lines"])
+            assert result["code"] == 0 and result["lines"][0].startswith(f"fixed: {bug_id} "), (name, result["lines"])
+        else:
+            assert result["status"] == {bug_id: False}, (bug_id, name, "counted as fixed", result["lines"])
+            assert result["code"] == 1, (bug_id, name, result["lines"])
+
+
+def test_putting_b6_back_while_fixing_the_drawn_bug_is_a_named_regression(tmp_path):
+    number, text = one_bug_round("B4")
+    good = splice.splice(text, splice.FIXED.read_text(), ["grpo_loss"])
+    broken = splice.splice(good, splice.HANDOUT.read_text(), ["completion_logits"])
+    path = tmp_path / f"round_{number}.py"
+    path.write_text(broken)
+    (result,), code = grade([path])
+    assert code == 1 and result["status"] == {"B4": True}, result["lines"]
+    assert len(result["regressions"]) == 1, result["lines"]
+    line = result["regressions"][0]
+    assert line.startswith("completion_logits: training log-probs differ from the sampler's"), line
+    assert "B6" not in "\n".join(result["lines"]), result["lines"]

@@ -53,7 +53,7 @@ def softmax_cases() -> list[Case]:
 
 def replacement_cases() -> list[Case]:
     def repeated_rows(m):
-        logits = torch.tensor([0.3, 0.0]).expand(200, -1).clone()  # (200, 2)
+        logits = torch.tensor([2.0, 1.0, 0.0]).expand(200, -1).clone()  # (200, 3): P(same) = 0.45
         draws = m.sample_from_logits(logits, 2, generator=seeded(1))  # (200, 2)
         return int((draws[:, 0] == draws[:, 1]).sum())
 
@@ -61,8 +61,9 @@ def replacement_cases() -> list[Case]:
         Case("logits [1, 0], num_samples=3: the draws",
              lambda m: m.sample_from_logits(torch.tensor([1.0, 0.0]), 3, generator=seeded(0)).tolist(),
              "3 token ids in {0, 1}", lambda y, _: isinstance(y, list) and len(y) == 3 and set(y) <= {0, 1}),
-        Case("logits [0.3, 0] in each of 200 rows, num_samples=2: rows drawing the same token twice",
-             repeated_rows, "about 100 of 200 (over 60)", lambda y, _: isinstance(y, int) and y > 60),
+        Case("logits [2, 1, 0] in each of 200 rows, num_samples=2: rows drawing the same token twice",
+             repeated_rows, "about 90 of 200 (over 60: drawn with replacement; under 170: each sample drawn anew)",
+             lambda y, _: isinstance(y, int) and 60 < y < 170),
     ]
 
 
@@ -112,6 +113,16 @@ def population_std_cases() -> list[Case]:
             for r in ([0.0, 1.0], [1.0, 2.0, 4.0])]
 
 
+def inverse_gap_of(rewards: list[float], eps_a: float, eps_b: float):
+    """1/A_last(eps_a) - 1/A_last(eps_b) = (eps_a - eps_b) / (r_last - mean(r)), whatever the std's definition,
+    iff A_i = (r_i - mean) / (std + eps)."""
+
+    def gap(m):
+        return 1 / float(m.group_advantage(rewards, eps_a)[-1]) - 1 / float(m.group_advantage(rewards, eps_b)[-1])
+
+    return gap
+
+
 def eps_cases() -> list[Case]:
     def inverse_gap(m):
         """1/A_1(eps=1) - 1/A_1(eps=3) = ((std + 1) - (std + 3)) / 0.5 = -4 whatever std is, iff eps adds to std."""
@@ -126,6 +137,11 @@ def eps_cases() -> list[Case]:
     return [
         Case("rewards [0, 1]: 1/A_1 at eps=1 minus 1/A_1 at eps=3", inverse_gap, -4.0, close(1e-9),
              show_expected="-4 (= ((std + 1) - (std + 3)) / 0.5: eps is added to the std)"),
+        Case("rewards [0, 1]: 1/A_1 at eps=0.25 minus 1/A_1 at eps=0.125 (both below the std)",
+             inverse_gap_of([0.0, 1.0], 0.25, 0.125), 0.25, close(1e-9),
+             show_expected="0.25 (= (0.25 - 0.125) / 0.5: eps adds to the std even when it is the smaller)"),
+        Case("rewards [0, 10]: 1/A_1 at eps=1 minus 1/A_1 at eps=3", inverse_gap_of([0.0, 10.0], 1.0, 3.0), -0.4,
+             close(1e-9), show_expected="-0.4 (= (1 - 3) / 5: eps is in the rewards' units, whatever the scaling)"),
         Case("rewards [0.5, 0.5] (zero variance)", lambda m: m.group_advantage([0.5, 0.5]), None, finite,
              show_expected="finite values"),
         Case("rewards [1, 1 + 2**-52] (std 1.1e-16, far below eps)", lambda m: m.group_advantage([1.0, 1.0 + 2**-52]),
@@ -140,6 +156,9 @@ def validation_cases() -> list[Case]:
                   show_expected="raises ValueError") for r in bad_rewards]
     cases += [Case(f"rewards [0, 1], eps={e!r}", lambda m, e=e: m.group_advantage([0.0, 1.0], e), None,
                    raises_value_error, show_expected="raises ValueError") for e in bad_eps]
+    ints = reference_advantage([0.0, 1.0, 3.0])
+    cases.append(Case("rewards [0, 1, 3] (ints are real numbers too)", lambda m: m.group_advantage([0, 1, 3]), ints,
+                      proportional_to(ints), show_expected=f"accepted: proportional to {show(ints)}"))
     return cases
 
 
@@ -249,8 +268,16 @@ def all_masked_cases() -> list[Case]:
                                      torch.zeros_like(logprobs, dtype=torch.bool)))
         return run
 
+    def gradient(m):
+        logprobs = torch.tensor([[0.3, -0.2]], dtype=torch.float64, requires_grad=True)
+        m.grpo_loss(logprobs, torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+                    torch.zeros(1, 2, dtype=torch.bool)).backward()
+        return logprobs.grad
+
     return [
         Case("logprobs [[0.3]], mask [[0]]: loss", all_masked([0.3]), 0.0, exactly),
+        Case("logprobs [[0.3, -0.2]] (requiring grad), mask [[0, 0]]: d loss / d logprobs after backward()",
+             gradient, [[0.0, 0.0]], close(), show_expected="[[0, 0]] (a zero the optimizer step can backpropagate)"),
         Case("logprobs [[nan, -inf]], mask [[0, 0]]: loss", all_masked([float("nan"), float("-inf")]), 0.0, exactly),
     ]
 

@@ -221,12 +221,148 @@ MISTAKES = {
 }
 
 
+# Further plausible wrong implementations: (function, the learner's line, the wrong line, sentences among those
+# that must fail[, further (line, wrong line) pairs]). Each must fail at least one sentence; some fail several.
+WRONG = {
+    "softmax over the batch (dim=0)": ("sample_from_logits", "torch.softmax(logits, dim=-1)",
+                                       "torch.softmax(logits, dim=0)", {"softmax"}),
+    "greedy (argmax), not sampled": (
+        "sample_from_logits", "return torch.multinomial(probs, num_samples, replacement=True, generator=generator)",
+        "return probs.argmax(-1, keepdim=True).expand(*probs.shape[:-1], num_samples)", {"softmax"}),
+    "temperature 2 left in": ("sample_from_logits", "torch.softmax(logits, dim=-1)",
+                              "torch.softmax(logits / 2, dim=-1)", {"softmax"}),
+    "exp without the max subtracted": ("sample_from_logits", "probs = torch.softmax(logits, dim=-1)",
+                                       "probs = logits.exp() / logits.exp().sum()", {"softmax"}),
+    "one draw repeated num_samples times": (
+        "sample_from_logits", "return torch.multinomial(probs, num_samples, replacement=True, generator=generator)",
+        "return torch.multinomial(probs, 1, generator=generator).expand(*probs.shape[:-1], num_samples)",
+        {"replacement"}),
+    "a copy of the generator": ("sample_from_logits", ", generator=generator)",
+                                ", generator=torch.Generator().set_state(generator.get_state()))", {"generator"}),
+    "max(std, eps)": ("group_advantage", "return centered / (std + eps / scale)",
+                      "return centered / torch.clamp(std, min=eps / scale)", {"eps"}),
+    "no eps, nan_to_num": ("group_advantage", "return centered / (std + eps / scale)",
+                           "return torch.nan_to_num(centered / std)", {"eps"}),
+    "eps not rescaled with the rewards": ("group_advantage", "return centered / (std + eps / scale)",
+                                          "return centered / (std + eps)", {"eps"}),
+    "mean absolute deviation": ("group_advantage", "std = centered.pow(2).mean().sqrt()",
+                                "std = centered.abs().mean()", {"population-std"}),
+    "std(correction=0) without an overflow guard": (
+        "group_advantage", "r = r / scale  # no overflow in the mean or the variance",
+        "scale = torch.ones((), dtype=torch.float64)", {"overflow"}),
+    "ints refused": ("group_advantage", "if isinstance(x, bool) or not isinstance(x, numbers.Real):",
+                     "if not isinstance(x, float):", {"validation"}),
+    "textbook formula, no guards": ("group_advantage",
+                                    "if bool((r == r[0]).all()):\n        return torch.zeros_like(r)\n"
+                                    "    scale = r.abs().max()",
+                                    "scale = torch.ones((), dtype=torch.float64)", {"constant", "overflow"}),
+    "ratio without exp": ("grpo_loss", "ratio = torch.exp(log_ratio)", "ratio = log_ratio", {"ratio"}),
+    "ratio reversed": ("grpo_loss", "logprobs - old_logprobs.detach()", "old_logprobs - logprobs", {"ratio"}),
+    "max, not min": ("grpo_loss", "torch.min(unclipped, clipped)", "torch.max(unclipped, clipped)", {"min"}),
+    "min of the ratios, then times A": ("grpo_loss", "torch.min(unclipped, clipped)",
+                                        "torch.min(ratio, torch.clamp(ratio, 1 - clip, 1 + clip)) * adv",
+                                        {"clip-before-A"}),
+    "mean per sequence, then over sequences": ("grpo_loss", "return -surrogate.sum() / mask.sum().clamp(min=1)",
+                                               "return -(surrogate.sum(1) / mask.sum(1).clamp(min=1)).mean()",
+                                               {"masking"}),
+    "masked by multiplying (NaN leaks)": (
+        "grpo_loss", "torch.where(mask, logprobs - old_logprobs.detach(), torch.zeros((), dtype=logprobs.dtype))",
+        "logprobs - old_logprobs.detach()", {"masking"}, (
+            "torch.where(mask, torch.min(unclipped, clipped), torch.zeros((), dtype=ratio.dtype))",
+            "torch.min(unclipped, clipped) * mask")),
+    "a detached zero when all masked": ("grpo_loss", "return -surrogate.sum() / mask.sum().clamp(min=1)",
+                                        "return -surrogate.sum() / mask.sum() if mask.any() else torch.tensor(0.0)",
+                                        {"all-masked"}),
+    "logprobs detached": ("grpo_loss", "log_ratio = torch.where(mask, logprobs - old_logprobs.detach(),",
+                          "log_ratio = torch.where(mask, logprobs.detach() - old_logprobs.detach(),",
+                          {"clip-before-A"}),
+    "lower clip bound 1 / (1 + clip)": ("grpo_loss", "torch.clamp(ratio, 1 - clip, 1 + clip)",
+                                       "torch.clamp(ratio, 1 / (1 + clip), 1 + clip)", {"clip-before-A"}),
+}
+
+# Correct ways to write the spec's functions that the fixed twin does not use: each passes every sentence.
+CORRECT = {
+    "sample_from_logits: inverse CDF": """\
+def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
+    probs = torch.softmax(logits.double(), dim=-1)
+    cdf = probs.cumsum(-1)
+    u = torch.rand(*probs.shape[:-1], num_samples, generator=generator, dtype=probs.dtype) * cdf[..., -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[-1] - 1)
+""",
+    "sample_from_logits: Gumbel-max": """\
+def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
+    u = torch.rand(*logits.shape[:-1], num_samples, logits.shape[-1], generator=generator, dtype=torch.float64)
+    gumbel = -torch.log(-torch.log(u.clamp(min=1e-300)))
+    return (logits.double().unsqueeze(-2) + gumbel).argmax(-1)
+""",
+    "group_advantage: std(correction=0) with an overflow guard": """\
+def group_advantage(rewards, eps: float = 1e-8):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < math.inf:
+        raise ValueError("eps must be positive and finite")
+    if not isinstance(rewards, list) or not rewards:
+        raise ValueError("rewards must be a nonempty list")
+    if any(isinstance(x, bool) or not isinstance(x, numbers.Real) for x in rewards):
+        raise ValueError("rewards must be real numbers")
+    try:
+        r = torch.tensor([float(x) for x in rewards], dtype=torch.float64)
+    except OverflowError:
+        raise ValueError("a reward float64 cannot hold") from None
+    if not torch.isfinite(r).all():
+        raise ValueError("rewards must be finite")
+    if bool((r == r[0]).all()):
+        return torch.zeros_like(r)
+    scale = r.abs().max()  # the overflow guard: everything in units of the largest |reward|
+    r = r / scale
+    return (r - r.mean()) / (r.std(correction=0) + eps / scale)
+""",
+    "group_advantage: Python floats and math.fsum": """\
+def group_advantage(rewards, eps: float = 1e-8):
+    if type(eps) not in (int, float) or not (0 < eps < math.inf):
+        raise ValueError("eps must be a positive finite number")
+    if type(rewards) is not list or len(rewards) == 0 or any(type(x) not in (int, float) for x in rewards):
+        raise ValueError("rewards must be a nonempty list of numbers")
+    try:
+        values = [float(x) for x in rewards]
+    except OverflowError:
+        raise ValueError("too large for float64") from None
+    if not all(math.isfinite(x) for x in values):
+        raise ValueError("rewards must be finite")
+    if all(x == values[0] for x in values):
+        return torch.zeros(len(values), dtype=torch.float64)
+    scale = max(abs(x) for x in values)
+    xs = [x / scale for x in values]
+    mean = math.fsum(xs) / len(xs)
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / len(xs))
+    return torch.tensor([(x - mean) / (std + eps / scale) for x in xs], dtype=torch.float64)
+""",
+    "grpo_loss: clipped in log space": """\
+def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
+    mask = mask.bool()
+    log_ratio = torch.where(mask, logprobs - old_logprobs.detach(), torch.zeros((), dtype=logprobs.dtype))
+    adv = advantages.detach()[:, None]  # (N, 1)
+    unclipped = log_ratio.exp() * adv
+    clipped = log_ratio.clamp(math.log(1 - clip), math.log1p(clip)).exp() * adv
+    per_token = torch.where(mask, torch.minimum(unclipped, clipped), torch.zeros((), dtype=adv.dtype))
+    return -per_token.sum() / max(int(mask.sum()), 1)
+""",
+    "grpo_loss: PPO's max of the negated terms": """\
+def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):
+    m = mask.to(logprobs.dtype)
+    ratio = torch.exp(torch.nan_to_num(logprobs - old_logprobs.detach()) * m)
+    a = advantages.detach().unsqueeze(-1)
+    losses = torch.max(-ratio * a, -torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * a)
+    return (losses * m).sum() / m.sum().clamp(min=1.0)
+""",
+}
+
+
 def learner_file(tmp_path, mistake: str | None = None):
     functions = dict(LEARNER)
     if mistake is not None:
-        name, right, wrong, _ = MISTAKES[mistake]
-        assert functions[name].count(right) == 1, f"anchor of {mistake!r} not found once"
-        functions[name] = functions[name].replace(right, wrong)
+        name, first_right, first_wrong, _, *more = {**MISTAKES, **WRONG}[mistake]
+        for right, wrong in [(first_right, first_wrong), *more]:  # a wrong one may change more than one line
+            assert functions[name].count(right) == 1, f"anchor of {mistake!r} not found once"
+            functions[name] = functions[name].replace(right, wrong)
     return fill(new_learner_file(tmp_path), functions)
 
 
@@ -252,6 +388,29 @@ def test_one_known_mistake_fails_exactly_the_sentences_it_breaks(tmp_path, mista
     fails = failing(learner_file(tmp_path, mistake))
     assert set(fails) == MISTAKES[mistake][3]
     assert not any(o.not_written for o in fails.values())
+
+
+@pytest.mark.parametrize("wrong", list(WRONG))
+def test_a_wrong_implementation_fails_a_sentence(tmp_path, wrong):
+    fails = failing(learner_file(tmp_path, wrong))
+    assert WRONG[wrong][3] <= set(fails), f"{wrong!r} slips through: fails only {sorted(fails)}"
+    assert not any(o.not_written or o.breach for o in fails.values())
+
+
+def test_at_least_14_wrong_implementations_of_the_three_spec_functions():
+    assert len(WRONG) >= 14
+    assert {name for name, *_ in WRONG.values()} == set(scratch.SPEC_FUNCS)
+
+
+@pytest.mark.parametrize("correct", list(CORRECT))
+def test_a_correct_alternative_passes_every_sentence(tmp_path, correct):
+    name = correct.split(":")[0]
+    path = fill(new_learner_file(tmp_path), {**LEARNER, name: CORRECT[correct]})
+    assert failing(path) == {}
+
+
+def test_two_correct_alternatives_per_spec_function():
+    assert sorted(c.split(":")[0] for c in CORRECT) == sorted(2 * scratch.SPEC_FUNCS)
 
 
 def test_a_failure_prints_yours_beside_expected_on_the_smallest_input(tmp_path):

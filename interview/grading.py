@@ -23,7 +23,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interview import sandbox, verdicts
+from interview import sandbox, splice, verdicts
 from interview.rounds import Round, header_problem, newest_round, parse_header, rel, round_source
 from interview.sandbox import CannotGrade
 from interview.splice import FIXED, HANDOUT
@@ -69,9 +69,15 @@ def make_job(path: Path | str | None) -> Job:
 
 
 def code_of(source: str) -> dict[str, str]:
-    """top-level name -> ast.dump of its statement (comments and formatting do not count)."""
+    """top-level name -> ast.dump of its statement: comments, formatting and docstrings do not count (a HARD=1
+    round, or an edited docstring, is the same code)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body:
+            node.body = [st for st in body if not splice.is_string(st)] or [ast.Pass()]
     out = {}
-    for node in ast.parse(source).body:
+    for node in tree.body:
         name = getattr(node, "name", None) or f"<{ast.dump(node)}>"
         out[name] = ast.dump(node)
     return out

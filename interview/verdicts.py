@@ -139,14 +139,16 @@ def symptom_clause(bug_id: str) -> str:
     return re.split(r"[;:,]", catalog.bug(bug_id).symptom)[0].strip()
 
 
-def first_crash(path: str, mine: dict, timed_out: dict | None) -> str | None:
+def first_crash(path: str, mine: dict, timed_out: dict | None, base: dict | None = None) -> str | None:
     """The crash line of one variant: the test that hit its time limit, or the first exception out of the
-    learner's own code (a frame of its file)."""
+    learner's own code (a frame of its file); with `base` (the baseline's outcomes), only an exception the
+    baseline does not raise there (a drawn bug's own crash would point at its function)."""
     if timed_out:
         return crash_line(path, timed_out, in_test(timed_out["test"], mine[timed_out["test"]]))
     for test, out in sorted(mine.items()):
         err = out.get("error")
-        if err and err["user"] and err["where"]:
+        theirs = None if base is None else base.get(test, {}).get("error")
+        if err and err["user"] and err["where"] and (base is None or new_exception(err, theirs)):
             return crash_line(path, err, in_test(test, out))
     return None
 
@@ -199,7 +201,7 @@ def judge(j: int, bugs: list[str], judged: dict[str, str], path: str, tests: dic
     u, base = f"u{j}", f"b{j}"
     if u in runs:  # code outside the catalogued functions changed: the whole file against the round as drawn
         mine, theirs = by_variant.get(u, {}), by_variant.get(base, {})
-        crash = first_crash(path, mine, tests["timed_out"].get(u))
+        crash = first_crash(path, mine, tests["timed_out"].get(u), theirs)
         if crash and crash not in crashes:
             crashes.append(crash)
         failed = {}

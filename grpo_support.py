@@ -35,7 +35,7 @@ STATS = {
     "reward": Stat("mean reward of the iteration's samples", 0, 1, "the task's range; rises as the task is learned"),
     "reward_std": Stat("std of the rewards over the batch", 0, INF, "0 means no sample differs: nothing to learn"),
     "zero_var_groups": Stat("fraction of groups whose G rewards are all equal", 0, 0.9,
-                            "such a group has zero advantages: no signal (near 1 only once solved)"),
+                            "such a group has zero advantages: no signal (near 1 when prompts are solved or too hard)"),
     "adv_nonfinite": Stat("advantages that are NaN or inf", 0, 0, "one NaN advantage poisons the whole update"),
     "adv_group_mean": Stat("max |mean advantage| within one prompt's group", 0, 1e-4,
                            "the group mean is the baseline: advantages sum to 0 within each group"),
@@ -179,7 +179,8 @@ def check_task_rewards(rewards, n) -> torch.Tensor:
 CONFIG_RULES = {
     "steps": ("an int >= 0", lambda v, cfg: isinstance(v, int) and v >= 0),
     "prompts_per_batch": ("an int >= 1", lambda v, cfg: isinstance(v, int) and v >= 1),
-    "group_size": ("an int >= 2 (a group of one has no baseline)", lambda v, cfg: isinstance(v, int) and v >= 2),
+    "group_size": ("an int >= 2 (a group of one is its own baseline: its advantage is always 0)",
+                   lambda v, cfg: isinstance(v, int) and v >= 2),
     "inner_epochs": ("an int >= 1", lambda v, cfg: isinstance(v, int) and v >= 1),
     "minibatches": ("an int in [1, prompts_per_batch * group_size]",
                     lambda v, cfg: isinstance(v, int) and 1 <= v <= cfg.prompts_per_batch * cfg.group_size),

@@ -640,6 +640,11 @@ assert scale_kl["0.01", False] < 0.01 and scale_reward["0.01", False] < 0.2  # b
 assert abs(scale_kl["100", False] - beta_kl["0"]) < 0.05  # beta / s = 0.0002: behaves like beta = 0
 assert scale_runs["100", True]["clean_reward"] == scale_runs["1", True]["clean_reward"]  # to the last digit
 assert abs(scale_reward["0.01", True] - scale_reward["1", True]) < 0.02  # one flipped token: another draw
+small, unit = scale_runs["0.01", True]["clean_reward"], scale_runs["1", True]["clean_reward"]
+first_apart = next(i for i, (a, b) in enumerate(zip(small, unit, strict=True)) if a != b)
+print(f"normalised s = 0.01 vs s = 1: the same rewards up to iteration {first_apart - 1}, apart from iteration "
+      f"{first_apart} on")
+assert small[:first_apart] == unit[:first_apart] and first_apart > 0
 
 # %%
 fig_scale, axes_scale = plt.subplots(1, 2, figsize=(9.0, 3.2), sharey=True, layout="constrained")
@@ -680,9 +685,11 @@ for label in ("100", "1"):
 
 # %% [markdown]
 # With normalisation the three runs end together (reward 0.679 for s = 1 and s = 100, 0.686 for s = 0.01):
-# the normalised advantages are the same for every s up to ε and float rounding. s = 100 reproduces the
-# s = 1 run to the last digit; at s = 0.01 a last-digit difference flipped one sampled token, after which
-# the two runs are two different random draws of the same training (0.007 apart, one seed's noise).
+# the normalised advantages are the same for every s up to ε and float rounding, and the units drop out only
+# while s·σ ≫ ε. s = 100 reproduces the s = 1 run to the last digit. At s = 0.01, ε/(s·σ) and float32
+# rounding move the advantages in their last digits (about 1e-5 relative at most), enough to change a sampled
+# token once the policy updates: the two runs agree up to the iteration printed above and are then two
+# different random draws of the same training (0.007 apart, one seed's noise).
 # Without normalisation, s = 0.01 never leaves the starting reward (0.142, exact KL 0.002: the effective
 # β is 0.02/0.01 = 2, a hundred times that of the s = 1 run, and it pins the policy to the reference
 # harder than β = 0.5 did), and s = 100 behaves like β ≈ 0 (exact KL 1.382, close to the β = 0 run's 1.408).

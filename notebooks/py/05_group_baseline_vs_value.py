@@ -290,8 +290,10 @@ assert torch.equal(per_token, per_sequence)
 # **The critic's loss and its diagnostic.** It regresses on the $\lambda$-return
 # $\hat R_t = A_t + V_{\phi_\text{old}}(s_t)$ (fixed at rollout time) with
 # $\tfrac12\,\text{masked\_mean}\big((V_\phi(s_t) - \hat R_t)^2\big)$, its own Adam, on the same minibatches.
-# Explained variance $1 - \text{Var}(\hat R - V)/\text{Var}(\hat R)$ (cleanrl logs it) is 1 for a perfect
-# critic and 0 for one that predicts the mean return everywhere.
+# Explained variance $1 - \text{Var}(\hat R - V)/\text{Var}(\hat R)$ (cleanrl logs it) is 1 only for a critic
+# that predicts every realised return; with stochastic returns even the true $V(s_t)$ scores less, about
+# $\text{Var}(V)/\text{Var}(\hat R)$. Any constant prediction scores 0, and a constant offset does not change
+# it: a critic that is off by the same amount everywhere scores like one that is not.
 
 # %%
 def value_loss(values, targets, mask):
@@ -311,11 +313,15 @@ both = torch.tensor([[True, True, True, False], [True, True, False, False]])  # 
 guess = torch.tensor([[0.5, 0.6, 0.8, 0.0], [0.5, 0.4, 0.0, 0.0]])  # (2, T)
 print(f"value loss {value_loss(guess, targets, both):.4f}; explained variance: a perfect critic "
       f"{explained_variance(targets, targets, both):.1f}, the mean everywhere "
-      f"{explained_variance(torch.full_like(targets, 0.6), targets, both):.1f}, this guess "
-      f"{explained_variance(guess, targets, both):.3f}")
+      f"{explained_variance(torch.full_like(targets, 0.6), targets, both):.1f}, zero everywhere "
+      f"{explained_variance(torch.zeros_like(targets), targets, both):.1f}, this guess "
+      f"{explained_variance(guess, targets, both):.3f}, this guess + 0.1 "
+      f"{explained_variance(guess + 0.1, targets, both):.3f}")
 assert torch.isclose(value_loss(guess, targets, both), torch.tensor(0.5 * (0.25 + 0.16 + 0.04 + 0.25 + 0.16) / 5))
 assert explained_variance(targets, targets, both) == 1.0
 assert abs(explained_variance(torch.full_like(targets, 0.6), targets, both)) < 1e-6
+assert abs(explained_variance(torch.zeros_like(targets), targets, both)) < 1e-6  # any constant scores 0
+assert abs(explained_variance(guess + 0.1, targets, both) - explained_variance(guess, targets, both)) < 1e-6
 
 CRITIC_FNS = nb05_critic.CriticFunctions(gae_advantages, token_grpo_loss, value_loss, explained_variance)
 
@@ -557,8 +563,10 @@ assert abs(sum(ev) / len(ev)) < 0.1  # the critic explains about nothing on aver
 
 # %% [markdown]
 # Both baselines beat no baseline on this seed (mean of the last 10 iterations above). The critic's
-# explained variance (1 = it predicts the returns, 0 = no better than their mean) hovers around 0: with
-# within-prompt reward noise and a moving policy it explains little, which matches its lag in notebook 05 §3.
+# explained variance (1 = it predicts every realised return, 0 = no better than a constant) hovers around 0:
+# with within-prompt reward noise and a moving policy it explains little. Explained variance is blind to a
+# constant offset, so a critic that lags behind the policy by a fixed amount does not show here; its mean
+# error in notebook 05 §3 does.
 #
 # ## 5. Compute and memory per iteration
 #

@@ -111,7 +111,7 @@ def short_run(module: types.ModuleType, filename: str) -> dict:
     import grpo_support
 
     try:
-        with sandbox.time_limit(3 * sandbox.TEST_SECONDS, "the short training run"):
+        with sandbox.time_limit(2 * sandbox.TEST_SECONDS, "the short training run"):
             history = module.train(seed=0, steps=TRAIN_STEPS)
     except BaseException as e:  # noqa: BLE001 - the grader reports whatever the graded code raises
         return dict(error=sandbox.failure(e, filename))

@@ -167,18 +167,32 @@ def hybrid_verdict(bug_id: str, mine: dict, crash: str | None, band: str | None)
     return band
 
 
+def breach(j: int, path: str, by_variant: dict, timed_out: dict, runs: dict) -> str | None:
+    """The one line for a file whose graded code left the sandbox's rules in any of its variants (exited, hung
+    past a time limit, ran out of memory: interview/sandbox.py `breach`), or None. Such a file cannot be graded."""
+    mine = [v for v in {*by_variant, *timed_out, *runs} if v == f"u{j}" or v.startswith(f"u{j}.")]
+    for v in sorted(mine):
+        if v in timed_out:
+            return crash_line(path, timed_out[v], in_test(timed_out[v]["test"], by_variant[v][timed_out[v]["test"]]))
+        for test, out in sorted(by_variant.get(v, {}).items()):
+            if out.get("error", {}).get("breach"):
+                return crash_line(path, out["error"], in_test(test, out))
+        err = runs.get(v, {}).get("error")
+        if err and err.get("breach"):
+            return crash_line(path, err, "in the short training run")
+    return None
+
+
 def judge(j: int, bugs: list[str], judged: dict[str, str], path: str, tests: dict, runs: dict, steps: int) -> dict:
-    """One job's verdicts: status (drawn bug -> fixed), crashes, regressions; or `error` when a graded
-    function left the sandbox's rules (exited, ran out of memory). `runs`: the short training runs (of
-    `steps` iterations) by variant, and the fixed twin's as 'fixed'."""
+    """One job's verdicts: status (drawn bug -> fixed), crashes, regressions; or `error` when graded code left
+    the sandbox's rules (`breach`). `runs`: the short training runs (of `steps` iterations) by variant, and
+    the fixed twin's as 'fixed'."""
     by_variant: dict[str, dict] = {}
     for (v, test), out in tests["outcomes"].items():
         by_variant.setdefault(v, {})[test] = out
-    for v, mine in by_variant.items():
-        if v.startswith(f"u{j}") and (v == f"u{j}" or v.startswith(f"u{j}.")):
-            for test, out in mine.items():
-                if out.get("error", {}).get("breach") and out["error"]["type"] != "TimeLimit":
-                    return dict(error=crash_line(path, out["error"], in_test(test, out)))
+    broke = breach(j, path, by_variant, tests["timed_out"], runs)
+    if broke:
+        return dict(error=broke)
     status, crashes, regressions = {}, [], []
     for b in catalog.BUG_IDS:
         how = judged[b]

@@ -336,14 +336,14 @@ BAD = {  # name -> (edit of a round with every bug, what the one line must say)
     "signature": (("mask, clip: float = 0.2):", "mask, clip: float = 0.3):"), r"grpo_loss.*changed its signature"),
     "import": (("import torch.nn as nn\n", "import torch.nn as nn\nraise ImportError('nope')\n"),
                r"importing it raised ImportError"),
+    "hang": (("    mask = mask.bool()\n    total", "    while True:\n        pass\n    total"),
+             r"masked_mean \(line \d+\) did not return .*time limit"),
 }
 CRASH = {  # name -> (edit of a round with every bug, what its crash line must say): the file is still graded
     "raises": (("    total = (values * mask).sum()", "    raise RuntimeError('boom')"),
                r"masked_mean \(line \d+\) raised RuntimeError in .*: boom"),
     "typo": (("    mask = mask.bool()\n    total", "    mask = maskk.bool()\n    total"),
              r"masked_mean \(line \d+\) raised NameError"),
-    "hang": (("    mask = mask.bool()\n    total", "    while True:\n        pass\n    total"),
-             r"masked_mean \(line \d+\) did not return .*time limit"),
 }
 
 

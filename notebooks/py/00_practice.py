@@ -27,7 +27,8 @@
 #    method, then every bug on a tiny input) and notebook 03 (the assertions and logging that catch them).
 # 2. **From scratch**: write the spec's three public functions (or other functions of the trainer) from
 #    their docstrings: `make scratch [FUNCS=...|all]`, edit `practice/scratch_N.py`,
-#    `make grade FILE=practice/scratch_N.py`. Behind it: the spec, `SPEC.md`, one graded line per sentence.
+#    `make grade FILE=practice/scratch_N.py`. Behind it: the spec, `SPEC.md`, one graded line per sentence (S15, the
+#    signatures, is checked when the file loads).
 # 3. **Discussion**: answer aloud, then compare with a model answer and the notebook section that backs it:
 #    `make drill`, `make drill REPORT=1`, or the card below. Behind it: notebooks 02, 04 and 05 (follow-ups
 #    2, 4 and 5 of SPEC.md), 06 (the GRPO variants of TRL and verl) and 07 (off-policy data in practice).
@@ -59,7 +60,7 @@ work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice 
 # ## 1. Debug a hand-out
 #
 # `make mock` draws a round: `practice/round_N.py` is `grpo_buggy.py` with k of its bugs left in (3 by
-# default, as in the reported interviews) and the others fixed; its header says which round it is, never
+# default, as SPEC.md describes the round) and the others fixed; its header says which round it is, never
 # which bugs. Run it, read the logs, find the bugs with tiny inputs (notebook 01 §1 is the method), fix
 # them in place. `make grade` tells you which bugs are fixed and whether a fix broke a spec sentence or
 # the training run; `make hint` gives one hint per remaining bug, from the symptom (level 1) to the fix

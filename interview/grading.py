@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import threading
+import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,21 +98,27 @@ def judge_by_code(job: Job) -> None:
             job.judged[b.id] = "remaining"
         else:
             job.judged[b.id] = "test"
-    rest = lambda d: {k: v for k, v in d.items() if k not in sites}
-    job.other_edits = rest(mine) != rest(base)
+    rest = lambda d: {k: v for k, v in d.items() if k not in sites and not k.startswith(("<Import", "<ImportFrom"))}
+    job.other_edits = rest(mine) != rest(base)  # an added import alone changes no behaviour the tests see
 
 
 # ----------------------------------------------------------------------------------------------
 # The short training run
 
 
-def short_run(module: types.ModuleType, filename: str) -> dict:
-    """The short training run: {stats: statistic -> logged as a number in every iteration, reward, ratio_ok},
-    or how it failed (error / problem)."""
+RUN_LIMIT = 3
+"""a graded copy's short run may take RUN_LIMIT times the fixed twin's (measured in the same process, so under
+the same load), and at least sandbox.TEST_SECONDS"""
+
+
+def short_run(module: types.ModuleType, filename: str, seconds: float) -> dict:
+    """The short training run: {stats: statistic -> logged as a number in every iteration, reward, ratio_ok,
+    seconds}, or how it failed (error / problem)."""
     import grpo_support
 
+    start = time.perf_counter()
     try:
-        with sandbox.time_limit(2 * sandbox.TEST_SECONDS, "the short training run"):
+        with sandbox.time_limit(seconds, "the short training run"):
             history = module.train(seed=0, steps=TRAIN_STEPS)
     except BaseException as e:  # noqa: BLE001 - the grader reports whatever the graded code raises
         return dict(error=sandbox.failure(e, filename))
@@ -119,7 +126,7 @@ def short_run(module: types.ModuleType, filename: str) -> dict:
         return dict(problem=f"train(steps={TRAIN_STEPS}) did not return {TRAIN_STEPS} dicts of statistics")
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     stats = {k: all(number(s.get(k)) for s in history) for k in set().union(*history)}
-    out = dict(stats=stats)
+    out = dict(stats=stats, seconds=time.perf_counter() - start)
     if stats.get("reward") and stats.get("ratio_first_maxdev"):
         row = grpo_support.STATS["ratio_first_maxdev"]
         out["reward"] = sum(s["reward"] for s in history[-verdicts.BAND_LAST:]) / verdicts.BAND_LAST
@@ -192,9 +199,15 @@ def training_process(jobs: list[dict]) -> dict:
 
     sandbox.warm_up()
     modules, files, errors = variants(jobs)
-    runs = {"fixed": short_run(grpo_fixed, FIXED.name)}
+    runs = {"fixed": short_run(grpo_fixed, FIXED.name, 6 * sandbox.TEST_SECONDS)}
+    limit = max(sandbox.TEST_SECONDS, RUN_LIMIT * runs["fixed"].get("seconds", sandbox.TEST_SECONDS))
+    broken = set()
     for v, m in modules.items():
-        runs[v] = short_run(m, files[v])
+        job = v[1:].split(".")[0]
+        if job not in broken:  # after a breach (exit, hang, out of memory) the file cannot be graded: stop
+            runs[v] = short_run(m, files[v], limit)
+            if runs[v].get("error", {}).get("breach"):
+                broken.add(job)
     return dict(runs=runs, errors=errors)
 
 

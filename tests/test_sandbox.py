@@ -43,9 +43,8 @@ SAYS = {  # what the one line must say, by kind of bad file
     "exit": "exit", "quit": "exit", "SystemExit": "exit", "KeyboardInterrupt": "KeyboardInterrupt",
     "while True": "time limit", "GB": "memory", "ones": "memory",
 }
-MOCK_GRADER_TOO_SLOW = {  # grading.py (not the sandbox) decides these: one line and exit 2, but about 25 s,
-    "while True in grpo_loss",  # as each short training run holding the hang waits out its own time limit
-}
+MOCK_GRADER_TOO_SLOW: set[str] = set()  # grading.py (not the sandbox) decides these; a hang now stops its file's
+# short runs (their limit is 3x the fixed twin's run) and an added import is no whole-file edit: none left
 
 
 def says(name: str) -> str:

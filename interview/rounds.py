@@ -137,6 +137,11 @@ def existing_rounds() -> dict[Path, Round]:
 def newest_round() -> Path:
     """The round `make grade` and `make hint` default to; CannotGrade when there is none."""
     rounds = existing_rounds()
+    numbered = {p: int(m[1]) for p in PRACTICE.glob("round_*.py") if (m := re.fullmatch(r"round_(\d+)\.py", p.name))}
+    newest = max(numbered, key=numbered.get, default=None)
+    if newest is not None and newest not in rounds:  # its header was edited or deleted: never grade an older one
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            raise CannotGrade(f"{rel(newest)}: {header_problem(newest.read_text())}")
     if not rounds:
         raise CannotGrade("no practice round yet: run `make mock` first, or pass FILE=path")
     return max(rounds, key=lambda p: (rounds[p].drawn_at, rounds[p].number))

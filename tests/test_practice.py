@@ -194,6 +194,19 @@ def test_default_file_without_rounds(tmp_path, monkeypatch):
         grading.make_job(None)
 
 
+def test_the_default_round_is_never_an_older_one_when_the_newest_header_was_edited(tmp_path, monkeypatch):
+    monkeypatch.setattr(rounds, "PRACTICE", tmp_path)
+    write(tmp_path, "round_1.py", rounds.round_source(1, 3, WHEN))
+    assert grading.make_job(None).path == (tmp_path / "round_1.py").resolve()
+    second = rounds.round_source(2, 3, WHEN)
+    write(tmp_path, "round_2.py", second.replace("round 2:", "round 5:", 1))
+    with pytest.raises(sandbox.CannotGrade, match="round_2.py: its round header was edited"):
+        grading.make_job(None)
+    write(tmp_path, "round_2.py", second.split("\n", 1)[1])
+    with pytest.raises(sandbox.CannotGrade, match="round_2.py: not a practice round"):
+        grading.make_job(None)
+
+
 def test_header_and_clock():
     info = rounds.Round(7, 1, WHEN)
     assert info.header() == "# GRPO practice round 7: 1 bug of 11, drawn 2026-11-30 12:00:00 UTC. (check b752d91e)"

@@ -135,6 +135,24 @@ def test_B3_old_logprobs_stay_the_behaviour_policy(impl):
     assert any(abs(m - 1.0) > 1e-4 for m in ratio_mean[1:]), ratio_mean
 
 
+def test_B3_ratio_is_1_first_then_moves_once_the_policy_left_its_reference(impl):
+    """Old log-probs are the sampling policy's, cached at rollout: with a policy that has moved away from its
+    reference, the first inner step's ratio is still exactly 1 (the reference's log-probs are not the old
+    ones), and it leaves 1 after an update (they are not recomputed either)."""
+    task, policy, ref_policy, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
+    noise = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=noise))
+    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
+    assert (batch["old_logprobs"] - batch["ref_logprobs"])[batch["mask"]].abs().max() > 1e-2, "policy == reference"
+    batch["advantages"] = torch.linspace(-1.5, 1.5, batch["rewards"].shape[0])  # a signal in every group
+    records = impl.update_policy(policy, optimizer, batch, cfg, g)
+    first, last = records[0]["ratio"], records[-1]["ratio"]
+    assert (first - 1).abs().max() < 1e-5, "ratio != 1 at the first inner step: old log-probs from another policy?"
+    assert (last - 1).abs().max() > 1e-4, "ratio is still exactly 1 after three updates: old log-probs recomputed?"
+
+
 # ----------------------------------------------------------------------------------------------
 # B4 clamp(ratio * A) instead of clamp(ratio) * A
 

@@ -3,9 +3,12 @@ and correct fixes written another way than the fixed twin's that must.
 
 Each fix is a source edit of a 1-bug round of that bug (generated with interview.rounds in a tmp dir): the
 buggy function is replaced, as a candidate would rewrite it. Every file of one bug is graded in one run of
-the grader's command line (`python -m interview grade --json`). A wrong fix that passed every test was
-answered by a new test in tests/test_catalog.py or tests/test_spec.py (where it belongs, with its bug id or
-SPEC.md key), never by a special case in the grader.
+the grader's command line (`python -m interview grade --json`). Every wrong fix here fails at least one
+test, not only the short training run: the two that passed every test got one in tests/test_catalog.py
+(the reference's log-probs as the old ones: test_B3_ratio_is_1_first_then_moves_once_the_policy_left_its_reference;
+clipping after optimizer.step() and an L1 clip: test_B11_the_step_applies_the_gradient_clipped_to_its_l2_norm),
+never a special case in the grader. The correct fixes pass every test but those marked beyond_spec (the
+fixed twin's exact centring and tiny-reward precision, which SPEC.md does not ask for).
 """
 
 from __future__ import annotations

@@ -11,13 +11,15 @@ The log is practice/history.jsonl (git-ignored). Kinds and their fields:
     drill     card, topic, hash (of the answer text), score (0/1/2), seconds, first_seconds (the one-liner)
     writeup   round, file (the saved write-up)
     interview round, phase ("questions" or "done"), reason
-Each event is written with one os.write on a file opened O_APPEND, so the terminal drill, the notebook
-card and `make grade` never lose each other's lines; a line torn by a crash is skipped on reading.
+Each event is written with one os.write on a file opened O_APPEND, under an exclusive flock, so the terminal
+drill, the notebook card and `make grade` never lose or split each other's lines; a line torn by a crash is
+skipped on reading, and the next writer starts a fresh line after it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import statistics
@@ -49,12 +51,13 @@ def record(kind: str, *, path: Path | str | None = None, when: dt.datetime | Non
     target.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # writers take turns: another's write cannot land between check and write
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line  # after a line torn by a crash: start a fresh line
         os.write(fd, line)  # one write on an O_APPEND file: lines of concurrent writers never interleave
     finally:
-        os.close(fd)
+        os.close(fd)  # closing releases the lock
     return event
 
 

@@ -108,7 +108,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--round", type=int, default=None, help="round number N (default: the next unused one)")
     p.add_argument("--bugs", default=str(rounds.DEFAULT_BUGS), help=f"bugs left in (default {rounds.DEFAULT_BUGS}, "
                                                                      "or all)")
-    p.add_argument("--hard", action="store_true", help="keep only the first line of each docstring")
+    p.add_argument("--hard", action="store_true", help="keep only the first sentence of each docstring (whole lines)")
     p = sub.add_parser("grade", help="grade files (default: the newest round)")
     p.add_argument("files", nargs="*", help="files to grade (several rounds share one grading process)")
     p.add_argument("--json", action="store_true", help="one JSON line per graded round or hand-out")
@@ -131,7 +131,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bank", default=str(drill.BANK_PATH), help=argparse.SUPPRESS)
     sub.add_parser("progress", help="what the practice log says: rounds, hints, drill scores over days")
     p = sub.add_parser("interview", help="a 3-bug round with a 45-minute countdown, then 15 minutes of questions")
-    p.add_argument("--hard", action="store_true", help="keep only the first line of each docstring")
+    p.add_argument("--hard", action="store_true", help="keep only the first sentence of each docstring (whole lines)")
     return top
 
 

@@ -27,9 +27,9 @@ from workbook import catalog
 ROOT = catalog.ROOT
 PRACTICE = ROOT / "practice"
 ROUND_MINUTES = 45
-"""length of a mock round, as in the real interview round"""
+"""length of a mock round: the debugging part of the round as SPEC.md describes it"""
 DEFAULT_BUGS = 3
-"""bugs per mock round, as in the real round"""
+"""bugs per mock round: "typically three", as SPEC.md describes the round"""
 LEGACY_SIZE = 11
 """the catalog size of a header that does not state it"""
 
@@ -182,7 +182,7 @@ def mock(number: int | None, bugs: str, hard: bool, now: dt.datetime | None = No
     with open(path, "x") as f:  # "x": fails rather than overwrite, even in a race
         f.write(text)
     print(f"Round {number}: {k} bug{'s' * (k != 1)} left in {rel(path)} (a copy of grpo_buggy.py"
-          f"{', docstrings cut to one line' if hard else ''}). The round is {ROUND_MINUTES} minutes.")
+          f"{', docstrings cut to their first sentence' if hard else ''}). The round is {ROUND_MINUTES} minutes.")
     steps = [(f".venv/bin/python {rel(path)}", "run it and read the logs"),
              (f"edit {rel(path)}", "find the bugs with tiny inputs; fix them in place"),
              ("make grade", "which bugs are fixed, and whether a fix broke something else"),

@@ -52,7 +52,7 @@ BUGS = [
         symptom="advantages turn NaN and whole updates are skipped whenever some prompt's group has all-equal "
                 "rewards, which is most groups early on and again once the task is solved",
         stats=("adv_nonfinite", "nonfinite_steps", "zero_var_groups"),
-        cards=("eps-role", "zero-variance", "max-advantage"),
+        cards=("eps-role", "zero-variance", "tiny-reward-scale"),
         probe="rewards [1, 1, 1, 1]: the advantages should be exact zeros (the buggy ones are NaN); "
               "[1.7e308, -1.7e308] should give [1, -1] (the variance overflows to inf)",
         fix="(r - mean) / std divides 0 by 0 for a constant group: return zeros for it, add eps > 0 to the std, "
@@ -61,7 +61,7 @@ BUGS = [
         symptom="the importance ratio never leaves 1, even at the last of several inner steps, and nothing is "
                 "ever clipped: the trust region does nothing",
         stats=("ratio_last_maxdev", "clip_frac_pos", "clip_frac_neg"),
-        cards=("old-logprobs-no-grad", "clip-frac-zero", "consistency-not-correctness"),
+        cards=("old-logprobs-no-grad", "clip-frac-zero", "single-inner-step"),
         probe="two inner steps on one rollout batch: the second step's ratio should differ from 1; the buggy "
               "one is exactly 1",
         fix="the old log-probs are recomputed from the current policy inside the inner loop: use the batch's "
@@ -111,7 +111,7 @@ BUGS = [
         symptom="advantages are no longer centred within each prompt's group (invisible to that statistic when "
                 "B divides G; at B == G the wrong reshape happens to be right)",
         stats=("adv_group_mean",),
-        cards=("b-equals-g", "baseline-independence"),
+        cards=("b-equals-g", "baseline-independence", "advantage-scaling"),
         probe="rewards [0, 1, 2, 5, 6, 8] for 2 prompts x 3 samples: each prompt should be normalised within "
               "its own 3 rewards",
         fix="the batch is laid out prompt by prompt, so the groups are rewards.view(B, G) = view(-1, G); "
@@ -120,7 +120,7 @@ BUGS = [
         symptom="training log-probs differ from the sampler's while the ratio is exactly 1 at the first inner "
                 "step: the update optimises a different distribution than the one sampled",
         stats=("logprob_gap", "ratio_first_maxdev"),
-        cards=("sampler-numerics", "ratio-not-one"),
+        cards=("consistency-not-correctness", "sampler-offset", "sampler-numerics"),
         probe="a constant-logits policy, temperature 0.5: the training log-probs should be "
               "log_softmax(logits / 0.5) of the tokens",
         fix="sampling draws from softmax(logits / T), so training must score under the same distribution: "

@@ -33,15 +33,16 @@
 #    `make drill`, `make drill REPORT=1`, or the card below. Behind it: notebooks 02, 04 and 05 (follow-ups
 #    2, 4 and 5 of SPEC.md), 06 (the GRPO variants of TRL and verl) and 07 (off-policy data in practice).
 #
-# `make interview` chains parts 1 and 3 as the real round does: a 3-bug round under a 45-minute countdown
-# (`make grade` and `make hint` show the minutes left), then about 15 minutes of questions, first on the
-# bugs you just fixed, and a short write-up. `make progress` (and section 4 below) shows what you practised.
+# `make interview` chains parts 1 and 3 as SPEC.md describes the round: a 3-bug round under a 45-minute
+# countdown (`make grade` and `make hint` show the minutes left), then about 15 minutes of questions (the
+# timer is checked after each card, so the last one may run over), first on the round's bugs, fixed or not,
+# then a short write-up. `make progress` (and notebook 00 §4 below) shows what you practised.
 #
 # `practice/` is git-ignored: your rounds, scratch files and the practice log stay on your machine.
 # Suggested order: read `grpo_buggy.py` and run it; do a mock round (part 1); write the functions from
 # scratch (part 2); drill the discussion (part 3) until every topic's mean score is close to 2; then
 # `make interview`. This notebook demonstrates parts 2 and 3 on throw-away files; nothing here writes to
-# `practice/` (section 4 only reads its log).
+# `practice/` (notebook 00 §4 only reads its log).
 
 # %%
 import random
@@ -62,9 +63,11 @@ work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice 
 # `make mock` draws a round: `practice/round_N.py` is `grpo_buggy.py` with k of its bugs left in (3 by
 # default, as SPEC.md describes the round) and the others fixed; its header says which round it is, never
 # which bugs. Run it, read the logs, find the bugs with tiny inputs (notebook 01 §1 is the method), fix
-# them in place. `make grade` tells you which bugs are fixed and whether a fix broke a spec sentence or
-# the training run; `make hint` gives one hint per remaining bug, from the symptom (level 1) to the fix
-# (level 3). A round is meant to take 45 minutes.
+# them in place. `make grade` counts the bugs fixed and names only those, and counts the edits that broke a
+# function that worked (`REVEAL=1` names the rest); `make hint` gives one hint per remaining bug, from the
+# symptom (level 1) to the fix (level 3). Each bug lives in one function and is graded there: a fix written
+# in another function (say, a softmax added by the caller of the sampler) leaves it "remaining". A round is
+# meant to take 45 minutes.
 
 # %% [markdown]
 # ## 2. Write it from scratch
@@ -238,8 +241,9 @@ assert first.id in seen[2:5]
 #
 # Every round drawn, grade, hint and drill answer is appended to `practice/history.jsonl`
 # (`interview/history.py`). `make progress` prints it: per round, the minutes from the draw to each fix,
-# the hints and their levels, the wrong attempts (grades that fixed nothing new); per topic, the drill's
-# mean score per day and the seconds per answer. The next cell plots your log: time to each fix over
+# the hints and their levels, the wrong attempts (grades that fixed nothing new: a first grade of the
+# untouched round counts, and so does one that only repaired a regression); per topic, the drill's mean
+# score per day and the seconds per answer. The next cell plots your log: time to each fix over
 # rounds, and the drill score per topic over days. While `practice/` has no log yet, it plots a small
 # **made-up example** instead, and says so in the title.
 

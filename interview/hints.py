@@ -1,7 +1,8 @@
 """`make hint`: one hint per bug a file still has, in three levels.
 
 Level 1 is the symptom and the logged statistics that show it (never the function), level 2 the function
-and the tiny input that exposes the bug, level 3 the fix, with the fixed twin's `# FIX <id>` lines.
+and the tiny input that exposes the bug, level 3 the fix, with the fixed twin's `# FIX <id>` lines. Hints are
+labelled `hint i of n (level L)`, never by bug id (the README maps ids to functions).
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ def fix_lines(bug_id: str) -> list[str]:
     return [line.strip() for line in FIXED.read_text().splitlines() if tag.search(line)]
 
 
-def hint_lines(bug_id: str, level: int) -> list[str]:
+def hint_lines(bug_id: str, level: int, label: str = "hint") -> list[str]:
+    """One bug's hint at `level`, headed `label` (e.g. 'hint 1 of 3'): never its id; level 1 never names the
+    function either."""
     entry = catalog.bug(bug_id)
     if level == 1:
-        return [f"{bug_id} (level 1): {entry.symptom}"] + [f"    watch {statistic_line(s)}" for s in entry.stats]
+        return [f"{label} (level 1): {entry.symptom}"] + [f"    watch {statistic_line(s)}" for s in entry.stats]
     if level == 2:
-        return [f"{bug_id} (level 2): look at {entry.function}(). {entry.probe}"]
-    return [f"{bug_id} (level 3): {entry.fix}", "    the fixed twin's lines:"] + [f"    {x}" for x in fix_lines(bug_id)]
+        return [f"{label} (level 2): look at {entry.function}(). {entry.probe}"]
+    return [f"{label} (level 3): {entry.fix}", "    the fixed twin's lines:"] + [f"    {x}" for x in fix_lines(bug_id)]
 
 
 def hint(bugs: list[str], result: dict, level: int) -> tuple[list[str], int]:
@@ -44,6 +47,6 @@ def hint(bugs: list[str], result: dict, level: int) -> tuple[list[str], int]:
     if not remaining:
         return ["Every bug of this file is fixed: no hint needed (make grade shows any regression)."], 0
     lines = []
-    for b in remaining:
-        lines += hint_lines(b, level)
+    for i, b in enumerate(remaining, 1):  # numbered in the round's own order of its bugs: stable per round
+        lines += hint_lines(b, level, f"hint {i} of {len(remaining)}")
     return lines, 0

@@ -120,7 +120,7 @@ def graded(job, status: dict | None, code: int, regressions: list | None) -> Non
 def hinted(job, level: int, code: int, lines: list[str], out=None) -> None:
     """For cli.py's hint: log it (its level, how many bugs were hinted, never which) and show the countdown."""
     if code == 0:
-        hints = sum(1 for line in lines if line.startswith("B") and f"(level {level})" in line)
+        hints = sum(1 for line in lines if line.startswith("hint ") and f"(level {level})" in line)
         note("hint", job.path, round=job.round.number if job.round else None, level=level, hints=hints)
     print_countdown(job.path, out)
 

@@ -38,7 +38,8 @@ from workbook import catalog
 
 ROOT = catalog.ROOT
 TEST_SECONDS = 5.0
-"""time limit of one test, of importing the file, and of the short training run"""
+"""time limit of one test and of importing the file (the mock grader's short training run has its own:
+max(5 s, RUN_LIMIT x the fixed twin's run), set in interview/grading.py)"""
 MEMORY_BYTES = 2 * 2**30
 """address space graded code may add to the grading process's own (RLIMIT_AS in the forked child)"""
 WATCHDOG_GRACE = 2.0
@@ -184,7 +185,7 @@ def failure(exc: BaseException, filename: str) -> dict:
         message = broke
     # user: raised by the graded code (pytest's own outcomes, e.g. skip, are BaseExceptions; so are exits)
     user = isinstance(exc, (Exception, SystemExit, KeyboardInterrupt, Exited))
-    kind = "SystemExit" if isinstance(exc, Exited) else type(exc).__name__  # Exited: os._exit(...)
+    kind = "Exited" if isinstance(exc, Exited) else type(exc).__name__  # Exited: os._exit(...), not SystemExit
     return dict(type=kind, message=message, where=where, user=user, breach=broke)
 
 

@@ -3,18 +3,19 @@
 - `judge`: per bug, fixed or not (a drawn bug) and regressed or not (a bug not drawn whose function the
   learner edited), from its hybrid's test outcomes and short training run; crashes in the learner's
   functions; spec regressions of the whole file when code outside the catalogued functions changed;
-- a regression is named by the symptom of the bug whose function broke (`symptom_clause`) or by the spec
-  sentence a failing test checks (`regression_line`), never by a bug id;
+- a regression names the function the learner's edit broke and what actually failed (`edit_regression`:
+  its first failing test and message, or the short training run), or the spec sentence a failing test
+  checks (`regression_line`), never a bug id nor a catalogued bug's symptom; a function with a crash line
+  gets no regression line too;
 - a crash is an exception out of the graded file's own functions (`crash_line`), reported for that function
   with its line; the other verdicts still print;
-- `report`: the lines `make grade` prints (only fixed bugs are named; `reveal` adds the remaining ones) and
-  its exit code.
+- `report`: the lines `make grade` prints (only fixed bugs are named, regressions only counted; `reveal`
+  names the regressions and the remaining bugs) and its exit code.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 
 from interview import spec
 from interview.rounds import ROUND_MINUTES, clock
@@ -38,6 +39,9 @@ def crash_line(path: str, err: dict, when: str) -> str:
     where = f"{err['where'][0]} (line {err['where'][1]})" if err["where"] else "the file"
     if err["type"] == "TimeLimit":
         return f"{path}: {where} did not return {when}: {err['message']}"
+    if err.get("breach"):  # the sandbox's words say what it did: 'called os._exit(3): ...'
+        head, sep, rest = err["message"].partition(": ")
+        return f"{path}: {where} {head} {when}{sep}{rest}"
     return f"{path}: {where} raised {err['type']} {when}: {err['message']}"
 
 
@@ -80,11 +84,12 @@ def regression_line(keys: list[str] | tuple[str, ...], group: str, fails: list) 
 BAND_LAST = 5
 """the short training run's reward is the mean over its last BAND_LAST iterations"""
 BAND_TOLERANCE = 0.15
-"""how far below the fixed twin's own short run (same seed, config and steps) a fix may end. Chosen from the
-seed-to-seed spread of the fixed twin's 20-iteration run: over seeds 0-9 its reward (mean of iterations
-15-19) ranged 0.54-0.84 (sd 0.08; seed 0: 0.67), and a correct fix written another way changes the sampled
-tokens much as a new seed would; 0.15 is about 2 sd. Single-bug hybrids end far lower on seed 0 (B1 0.35,
-B4 0.42, B6 0.46, B2 0.47)."""
+"""how far below the fixed twin's own short run (same seed, config and steps) a fix may end: a guard against
+a fix that trains clearly worse, not a test of correctness. Observed: over seeds 0-9 the fixed twin's
+20-iteration reward (mean of iterations 15-19) ranged 0.54-0.84 (sd 0.084; seed 0: 0.6682), so 0.15 is about
+1.8 sd; six alternative correct fixes reproduced 0.6682 exactly on seed 0, so a correct fix written another
+way did not move the run at all. Several single-bug hybrids end far lower on seed 0 (B1 0.35, B4 0.42,
+B6 0.46, B2 0.47), but the band detects neither B3 (0.61) nor B10 (0.76): the catalog tests catch those."""
 
 
 def in_band(run: dict, reference: dict) -> str | None:
@@ -134,11 +139,6 @@ def beyond_spec_tests() -> set[str]:
     return found
 
 
-def symptom_clause(bug_id: str) -> str:
-    """The first clause of a bug's symptom: what the logs show, without its id or its function."""
-    return re.split(r"[;:,]", catalog.bug(bug_id).symptom)[0].strip()
-
-
 def first_crash(path: str, mine: dict, timed_out: dict | None, base: dict | None = None) -> str | None:
     """The crash line of one variant: the test that hit its time limit, or the first exception out of the
     learner's own code (a frame of its file); with `base` (the baseline's outcomes), only an exception the
@@ -165,6 +165,27 @@ def hybrid_verdict(bug_id: str, mine: dict, crash: str | None, band: str | None)
             return f"{regression_head(out['keys'], out['group'])}: {test_function(spec_fail[0])} fails"
         return f"{len(failing)} catalog test{'s' * (len(failing) != 1)} fail{'s' * (len(failing) == 1)}"
     return band
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    """`text` on one line, at most `limit` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def edit_regression(function: str, mine: dict, band: str | None) -> str:
+    """A function that worked and that the learner's edit broke: what actually failed (the first failing
+    test, spec tests first, with its assertion or exception message; else the short training run), never a
+    catalogued bug's symptom. A catalog test is not named (its name carries a bug id)."""
+    failing = sorted(t for t, o in mine.items() if not o["passed"])
+    failing.sort(key=lambda t: not mine[t]["spec"])
+    if not failing:
+        return f"{function}: your edit fails the short training run: {one_line(band or 'no short training run')}"
+    out = mine[failing[0]]
+    test = test_function(failing[0]) if out["spec"] else "a catalog test"
+    err = out.get("error")
+    why = (f"{err['type']}: {err['message']}" if err.get("message") else err["type"]) if err else "it fails"
+    return f"{function}: your edit fails {test}: {one_line(why)}"
 
 
 def breach(j: int, path: str, by_variant: dict, timed_out: dict, runs: dict) -> str | None:
@@ -209,9 +230,8 @@ def judge(j: int, bugs: list[str], judged: dict[str, str], path: str, tests: dic
         why = hybrid_verdict(b, mine, crash, band)
         if b in bugs:
             status[b] = why is None
-        elif why is not None:
-            site = catalog.bug(b).function
-            regressions.append(f"{site}: {symptom_clause(b)} ({why})")
+        elif why is not None and not crash:  # a crash line already names the function: not counted twice
+            regressions.append(edit_regression(catalog.bug(b).function, mine, band))
     u, base = f"u{j}", f"b{j}"
     if u in runs:  # code outside the catalogued functions changed: the whole file against the round as drawn
         mine, theirs = by_variant.get(u, {}), by_variant.get(base, {})
@@ -229,6 +249,9 @@ def judge(j: int, bugs: list[str], judged: dict[str, str], path: str, tests: dic
     return dict(status=status, crashes=crashes, regressions=regressions)
 
 
+REGRESSION_NOTE = "an edit broke a function that worked; make grade REVEAL=1 names them"
+
+
 def report(bugs: list[str], round_info, result: dict, now: dt.datetime | None = None,
            reveal: bool = False) -> tuple[list[str], int]:
     """The grader's lines and exit code for one graded file (`round_info`: its Round, or None). Only fixed
@@ -240,8 +263,13 @@ def report(bugs: list[str], round_info, result: dict, now: dt.datetime | None = 
     lines = [f"fixed: {b} {catalog.bug(b).title}" for b in done] or ["fixed: none yet"]
     lines += [f"crash: {c}" for c in result["crashes"]]
     regressions = result["regressions"]
-    lines.append("regressions: " + ("none" if not regressions else f"{len(regressions)}"))
-    lines += [f"  {r}" for r in regressions]
+    if not regressions:
+        lines.append("regressions: none")
+    elif reveal:
+        lines.append(f"regressions: {len(regressions)}")
+        lines += [f"  {r}" for r in regressions]
+    else:  # naming them would name undrawn functions, and so give the draw away
+        lines.append(f"regressions: {len(regressions)} ({REGRESSION_NOTE})")
     if reveal:
         lines += [f"remaining: {b} {catalog.bug(b).title}" for b in bugs if not status[b]]
     k, n, r = len(done), len(bugs), len(regressions)

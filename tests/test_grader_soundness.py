@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from interview import rounds, splice
+from interview import rounds, splice, verdicts
 from workbook import catalog
 
 pytestmark = pytest.mark.slow
@@ -298,5 +298,10 @@ def test_putting_b6_back_while_fixing_the_drawn_bug_is_a_named_regression(tmp_pa
     assert code == 1 and result["status"] == {"B4": True}, result["lines"]
     assert len(result["regressions"]) == 1, result["lines"]
     line = result["regressions"][0]
-    assert line.startswith("completion_logits: training log-probs differ from the sampler's"), line
+    assert line.startswith("completion_logits: your edit fails "), line  # what failed, not B6's symptom
+    assert catalog.bug("B6").symptom.split(";")[0] not in line, line
     assert "B6" not in "\n".join(result["lines"]), result["lines"]
+    assert f"regressions: 1 ({verdicts.REGRESSION_NOTE})" in result["lines"], result["lines"]
+    assert "completion_logits" not in "\n".join(result["lines"]), "without REVEAL a regression is only counted"
+    revealed, code = verdicts.report(["B4"], None, result, reveal=True)
+    assert code == 1 and "regressions: 1" in revealed and f"  {line}" in revealed, revealed

@@ -87,7 +87,8 @@ def test_grade_and_hint_log_their_events_and_show_the_countdown(practice):
     job = SimpleNamespace(path=path, round=rounds.parse_header(path.read_text()), bugs=["B1", "B4", "B9"])
     interview_mode.graded(job, {"B1": True, "B4": False, "B9": False}, 1, ["one regression"])
     out = io.StringIO()
-    interview_mode.hinted(job, 2, 0, ["B4 (level 2): look at grpo_loss().", "B9 (level 2): ..."], out)
+    lines = ["hint 1 of 2 (level 2): look at grpo_loss().", "hint 2 of 2 (level 2): ...", "B4 (level 2): old label"]
+    interview_mode.hinted(job, 2, 0, lines, out)  # only `hint i of n` lines count
     grade, hint = history.read(interview_mode.log_path())[1:]
     assert (grade["kind"], grade["fixed"], grade["bugs"], grade["regressions"]) == ("grade", ["B1"], 3, 1)
     assert (hint["kind"], hint["level"], hint["hints"]) == ("hint", 2, 2) and "B4" not in str(hint)

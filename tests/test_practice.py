@@ -270,7 +270,9 @@ def test_hints_name_only_remaining_bugs(level):
     bugs = ["B2", "B6", "B10"]
     result = dict(status={"B2": True, "B6": True, "B10": False}, crashes=[], regressions=[])
     lines, code = hints.hint(bugs, result, level)
-    assert code == 0 and set(BUG_TOKEN.findall("\n".join(lines))) == {"B10"}
+    assert code == 0 and lines == hints.hint_lines("B10", level, "hint 1 of 1"), lines
+    assert lines[0].startswith(f"hint 1 of 1 (level {level}): ")
+    assert set(BUG_TOKEN.findall("\n".join(lines))) == (set() if level < 3 else {"B10"})  # only the fix's lines
     done = dict(status={"B2": True, "B6": True, "B10": True}, crashes=[], regressions=[])
     lines, _ = hints.hint(bugs, done, level)
     assert not BUG_TOKEN.findall("\n".join(lines))
@@ -278,8 +280,54 @@ def test_hints_name_only_remaining_bugs(level):
 
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_each_bugs_hint_names_that_bug_only(level):
+    """Levels 1 and 2 name no bug id (the README maps ids to functions); level 3 shows the `# FIX <id>` lines."""
     for b in catalog.BUG_IDS:
-        assert set(BUG_TOKEN.findall("\n".join(hints.hint_lines(b, level)))) == {b}, (b, level)
+        ids = set(BUG_TOKEN.findall("\n".join(hints.hint_lines(b, level))))
+        assert ids == (set() if level < 3 else {b}), (b, level)
+
+
+def test_hints_are_numbered_in_the_rounds_order():
+    bugs = ["B2", "B6", "B10"]
+    result = dict(status={b: False for b in bugs}, crashes=[], regressions=[])
+    lines, _ = hints.hint(bugs, result, 2)
+    assert lines == [line for i, b in enumerate(bugs, 1) for line in hints.hint_lines(b, 2, f"hint {i} of 3")]
+    assert [line.split(" (level")[0] for line in lines] == ["hint 1 of 3", "hint 2 of 3", "hint 3 of 3"]
+
+
+def test_a_grade_without_reveal_names_catalogued_functions_only_in_fixed_and_crash_lines():
+    """Every function edited to raise: 8 undrawn ones would regress; only a count, never their names."""
+    bugs = ["B2", "B6", "B10"]
+    sites = {b.function for b in catalog.BUGS}
+    result = dict(status={"B2": True, "B6": False, "B10": False},
+                  crashes=["round_1.py: masked_mean (line 3) raised RuntimeError in a catalog test: boom"],
+                  regressions=[f"{f}: your edit fails a catalog test: RuntimeError: boom" for f in sorted(sites)])
+    lines, code = verdicts.report(bugs, None, result)
+    assert code == 1 and f"regressions: {len(sites)} ({verdicts.REGRESSION_NOTE})" in lines, lines
+    for line in lines:
+        if not line.startswith(("fixed: ", "crash: ")):
+            assert not sites & set(re.findall(r"\w+", line)), line
+    revealed, _ = verdicts.report(bugs, None, result, reveal=True)
+    assert all(f"  {r}" in revealed for r in result["regressions"]), revealed
+
+
+def test_a_crashing_function_gets_its_crash_line_only():
+    crash = {"type": "RuntimeError", "message": "boom", "where": ("masked_mean", 3), "user": True, "breach": None}
+    mine = {"tests/test_catalog.py::TestB9::test_x": dict(passed=False, spec=False, keys=[], group="TestB9",
+                                                         error=crash)}
+    outcomes = {("u1.B9", t): o for t, o in mine.items()}
+    judged = {b: ("test" if b == "B9" else "same") for b in catalog.BUG_IDS}
+    result = verdicts.judge(1, ["B2"], judged, "r.py", dict(outcomes=outcomes, timed_out={}), {}, 20)
+    assert len(result["crashes"]) == 1 and result["regressions"] == [], result
+
+
+def test_an_edit_regression_says_what_failed():
+    err = {"type": "AssertionError", "message": "assert tensor(0.5)\n  == tensor(0.25)", "where": None}
+    mine = {"tests/test_spec.py::TestMask::test_a": dict(passed=False, spec=True, error=err),
+            "tests/test_catalog.py::TestB9::test_b": dict(passed=False, spec=False, error=None)}
+    assert verdicts.edit_regression("masked_mean", mine, None) == (
+        "masked_mean: your edit fails TestMask::test_a: AssertionError: assert tensor(0.5) == tensor(0.25)")
+    assert verdicts.edit_regression("masked_mean", {}, "the short training run ends at reward 0.30") == (
+        "masked_mean: your edit fails the short training run: the short training run ends at reward 0.30")
 
 
 def test_regression_lines_quote_the_spec_sentences_of_real_test_groups():
@@ -334,9 +382,11 @@ def test_grade_handout_fixed_some_fixes_and_regressions(tmp_path):
     assert set(BUG_TOKEN.findall("\n".join(s["lines"]))) == {"B1", "B6"}, "a remaining bug was named"
     assert gen["status"] == {b: False for b in rounds.draw(1, 3)}
     assert len(gen["regressions"]) == 1 and "generator" in gen["regressions"][0], gen["regressions"]
-    head = f"sample_from_logits: {verdicts.symptom_clause('B1')} ("
-    assert gen["regressions"][0].startswith(head), gen["regressions"]
-    assert not BUG_TOKEN.findall("\n".join(gen["lines"])), "a regression is named by its symptom, not its id"
+    assert gen["regressions"][0].startswith("sample_from_logits: your edit fails "), gen["regressions"]
+    assert not any(catalog.bug(b).symptom.split(";")[0] in gen["regressions"][0] for b in catalog.BUG_IDS)
+    assert not BUG_TOKEN.findall("\n".join(gen["lines"])), "a regression is never named by a bug id"
+    assert f"regressions: 1 ({verdicts.REGRESSION_NOTE})" in gen["lines"], gen["lines"]
+    assert "sample_from_logits" not in "\n".join(gen["lines"]), "without REVEAL a regression is only counted"
     assert {b for b, ok in one["status"].items() if ok} == {rounds.draw(1, 3)[0]} and one["regressions"] == []
     assert "since the round was drawn (the round is 45 minutes)" in one["lines"][-1]
     assert one["lines"][-1].startswith("1 of 3 fixed, 0 regressions, ")
@@ -429,7 +479,9 @@ def test_command_line_report_and_hint(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", level],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
-        assert set(BUG_TOKEN.findall(proc.stdout)) == set(drawn)
+        assert set(BUG_TOKEN.findall(proc.stdout)) == (set() if level == "1" else set(drawn))
+        assert [x for x in proc.stdout.splitlines() if x.startswith("hint ")] == [
+            hints.hint_lines(b, int(level), f"hint {i} of 3")[0] for i, b in enumerate(drawn, 1)]
     proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", "4"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "LEVEL" in proc.stderr

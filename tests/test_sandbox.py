@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from interview import sandbox, scratch, scratch_grader, splice
+from interview import sandbox, scratch, scratch_grader, splice, verdicts
 
 pytestmark = pytest.mark.slow  # about 2 minutes: each bad file is graded whole
 
@@ -224,3 +224,22 @@ def test_the_whole_run_has_a_wall_clock_limit():
 def test_breach(exc, word):
     broke = sandbox.breach(exc)
     assert (broke is None) if word is None else (word in broke)
+
+
+def test_exit_and_interrupt_lines_say_what_the_code_did_once():
+    """os._exit(3) is not a SystemExit; KeyboardInterrupt is said once."""
+    def raised(exc: BaseException) -> dict:
+        try:
+            raise exc
+        except BaseException as e:  # noqa: BLE001 - the test raises it on purpose
+            err = sandbox.failure(e, __file__)
+        return err
+
+    line = verdicts.crash_line("r.py", raised(sandbox.Exited("called os._exit(3)")), "in a catalog test")
+    assert "called os._exit(3) in a catalog test" in line and "SystemExit" not in line, line
+    try:
+        raise sandbox.Exited("raised KeyboardInterrupt") from KeyboardInterrupt()
+    except sandbox.Exited as e:
+        err = sandbox.failure(e, __file__)
+    line = verdicts.crash_line("r.py", err, "in a catalog test")
+    assert line.count("KeyboardInterrupt") == 1 and "raised KeyboardInterrupt in a catalog test" in line, line

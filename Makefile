@@ -52,7 +52,8 @@ notebooks: venv
 
 # Practice (the interview package; `$(PY) -m interview --help`): grade and hint default to the newest round.
 # The grader's own exit code (0 all fixed, 1 not yet, 2 cannot grade) is that of `$(PY) -m interview grade FILE`.
-# make grade names only the bugs already fixed; REVEAL=1 names the remaining ones too (make hint gives their hints).
+# make grade names only the bugs already fixed and counts broken edits; REVEAL=1 names the remaining bugs and
+# the functions an edit broke (make hint gives the remaining bugs' hints).
 mock: venv
 	@$(PY) -m interview mock $(if $(ROUND),--round $(ROUND)) $(if $(BUGS),--bugs $(BUGS)) \
 		$(if $(filter-out 0,$(HARD)),--hard)

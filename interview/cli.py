@@ -113,7 +113,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="files to grade (several rounds share one grading process)")
     p.add_argument("--json", action="store_true", help="one JSON line per graded round or hand-out")
     p.add_argument("--no-train", action="store_true", help="scratch files: skip the training run")
-    p.add_argument("--reveal", action="store_true", help="also name the bugs still remaining (make grade REVEAL=1)")
+    p.add_argument("--reveal", action="store_true",
+                   help="also name the bugs still remaining and the functions an edit broke "
+                        "(make grade REVEAL=1)")
     p = sub.add_parser("hint", help="hints for the bugs a file still has")
     p.add_argument("file", nargs="?", default=None)
     p.add_argument("--level", default="1", help="1: symptom and statistic, 2: function and tiny input, 3: the fix")

@@ -16,7 +16,8 @@ Modules, lowest first (each imports only modules above it, and `workbook` and th
   spec_cases     the cases of each spec sentence
   scratch        `make scratch`: the stub file
   scratch_grader the from-scratch grader
-  drill          the discussion drill: the bank (questions.toml), a schedule with due dates, a terminal loop, a card
+  drill          the discussion drill: the bank (questions.toml), a schedule with due dates, a terminal loop
+  drill_card     the drill's card widget for notebook 00
   interview_mode `make interview`: a round with a 45-minute countdown, then the questions and a write-up
   cli            the command line
 """

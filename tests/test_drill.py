@@ -22,7 +22,7 @@ from collections import Counter
 
 import pytest
 
-from interview import cli, drill
+from interview import cli, drill, drill_card
 
 BANK = drill.load_bank()
 ISSUE_TOPICS = {"ratio clipping", "advantage normalisation", "on/off-policy", "KL vs clipping",
@@ -422,7 +422,7 @@ def test_main_runs_the_drill_on_given_streams(tmp_path):
 
 def test_card_buttons_clicked_from_python():
     store = drill.ScoreStore(None)
-    card = drill.DrillCard(BANK, store, random.Random(0))
+    card = drill_card.DrillCard(BANK, store, random.Random(0))
     assert card.reveal_button.disabled and all(b.disabled for b in card.score_buttons.values())
     assert card.text() == f"{len(BANK)} questions. Press Next."
 
@@ -446,7 +446,7 @@ def test_card_buttons_clicked_from_python():
 
 def test_card_draw_is_seeded():
     def first_three(seed):
-        card = drill.DrillCard(BANK, drill.ScoreStore(None), random.Random(seed))
+        card = drill_card.DrillCard(BANK, drill.ScoreStore(None), random.Random(seed))
         ids = []
         for _ in range(3):
             card.next_button.click()
@@ -458,7 +458,7 @@ def test_card_draw_is_seeded():
 
 def test_card_records_the_seconds_shown_on_reveal_and_requeues_a_zero():
     store = drill.ScoreStore(None)
-    card = drill.DrillCard(BANK, store, random.Random(0), clock=Clock(0.0, 95.0, 0.0), now=lambda: T0)
+    card = drill_card.DrillCard(BANK, store, random.Random(0), clock=Clock(0.0, 95.0, 0.0), now=lambda: T0)
     card.next_button.click()
     first = card.current
     card.reveal_button.click()

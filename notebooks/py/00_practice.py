@@ -53,7 +53,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 import workbook  # noqa: F401  (one torch thread)
-from interview import drill, history, scratch, scratch_grader, spec_cases, splice
+from interview import drill, drill_card, history, scratch, scratch_grader, spec_cases, splice
 
 work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice folder for this notebook
 
@@ -171,7 +171,7 @@ if SAVE_SCORES:
     store = drill.ScoreStore(drill.SCORES_PATH, bank, legacy=drill.LEGACY_SCORES_PATH)
 else:
     store = drill.ScoreStore(None, bank)
-card = drill.DrillCard(bank, store, random.Random())
+card = drill_card.DrillCard(bank, store, random.Random())
 display(card.widget)
 
 # %% [markdown]
@@ -190,7 +190,7 @@ class FakeClock:
         return self.t
 
 
-check = drill.DrillCard(bank, drill.ScoreStore(None, bank), random.Random(0), clock=FakeClock())
+check = drill_card.DrillCard(bank, drill.ScoreStore(None, bank), random.Random(0), clock=FakeClock())
 
 
 def shows(card):

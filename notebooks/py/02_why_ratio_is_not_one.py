@@ -216,8 +216,9 @@ assert all(1 - neg > 1.05 * (pos - 1) for k, pos, neg, _, _ in drift[4:])  # A<0
 # `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the sharing reasons above.
 #
 # Note the asymmetry that builds up: for the first three steps the two sides are about level (−0.0189 against
-# +0.0206 after one step, −0.0732 against +0.0701 after three), and from the fourth step on the A < 0 tokens
-# clearly fall further below 1 than the A > 0 tokens rise above it (−0.1664 against +0.1282 at k = 7). A token's
+# +0.0206 after one step, −0.0732 against +0.0701 after three), and from the fourth step on the gap opens:
+# the A < 0 tokens fall further below 1 than the A > 0 tokens rise above it (7 % further at k = 4, 30 % at
+# k = 7: −0.1664 against +0.1282). A token's
 # ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), and mid-run the A > 0
 # tokens are already likely:
 

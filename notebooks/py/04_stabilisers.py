@@ -687,8 +687,8 @@ for label in ("100", "1"):
 # With normalisation the three runs end together (reward 0.679 for s = 1 and s = 100, 0.686 for s = 0.01):
 # the normalised advantages are the same for every s up to ε and float rounding, and the units drop out only
 # while s·σ ≫ ε. s = 100 reproduces the s = 1 run to the last digit. At s = 0.01, ε/(s·σ) and float32
-# rounding move the advantages in their last digits (about 1e-5 relative at most), enough to change a sampled
-# token once the policy updates: the two runs agree up to the iteration printed above and are then two
+# rounding move the advantages in their last digits from the first iteration on, enough to change a sampled
+# token once the policy has moved: the two runs agree up to the iteration printed above and are then two
 # different random draws of the same training (0.007 apart, one seed's noise).
 # Without normalisation, s = 0.01 never leaves the starting reward (0.142, exact KL 0.002: the effective
 # β is 0.02/0.01 = 2, a hundred times that of the s = 1 run, and it pins the policy to the reference
@@ -946,7 +946,8 @@ assert abs(shares[3] - 0.5) < 1e-6  # group std: the barely-separated prompt wei
 # > - Without normalisation the gradient is proportional to the reward scale (×100 for s = 100 above).
 # >   Adam hides most of that, but not the balance with β·KL: without normalisation the effective β
 # >   is β/s. Normalise, and the reward's units drop out (0.686, 0.679, 0.679 for s = 0.01, 1, 100
-# >   above: float rounding at s = 0.01 flipped one sampled token, nothing more).
+# >   above: at s = 0.01 float rounding changes the advantages' last digits and, at iteration 11, one
+# >   sampled token; after that the runs are two draws of the same training).
 # > - Normalisation bounds |A| by √(G−1) (population std), reached when one sample differs. An outlier
 # >   reward cannot produce an outlier advantage, but it still takes the group's largest one and pushes
 # >   every other sample of the group down.

@@ -208,6 +208,8 @@ assert all(pos > 1 > neg and w > 0 for k, pos, neg, w, _ in drift[1:])  # the si
 assert all(w2 > w1 for (*_, w1, _), (*_, w2, _) in zip(drift[1:], drift[2:], strict=False))  # mean A log rho grows
 assert all(abs((1 - neg) / (pos - 1) - 1) < 0.1 for k, pos, neg, _, _ in drift[1:4])  # about level at k = 1-3
 assert all(1 - neg > 1.05 * (pos - 1) for k, pos, neg, _, _ in drift[4:])  # A<0 clearly further from k = 4 on
+further = {k: round(100 * ((1 - neg) / (pos - 1) - 1)) for k, pos, neg, _, _ in drift[1:]}  # % further, A<0 side
+assert further[4] == 7 and further[7] == 30  # the gap the text quotes
 
 # %% [markdown]
 # The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0206 after one step,

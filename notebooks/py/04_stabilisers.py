@@ -639,12 +639,12 @@ assert scale_runs["1", True] is beta_runs["0.02"]  # the same cached run
 assert scale_kl["0.01", False] < 0.01 and scale_reward["0.01", False] < 0.2  # beta / s = 2 pins it
 assert abs(scale_kl["100", False] - beta_kl["0"]) < 0.05  # beta / s = 0.0002: behaves like beta = 0
 assert scale_runs["100", True]["clean_reward"] == scale_runs["1", True]["clean_reward"]  # to the last digit
-assert abs(scale_reward["0.01", True] - scale_reward["1", True]) < 0.02  # one flipped token: another draw
+assert abs(scale_reward["0.01", True] - scale_reward["1", True]) < 0.02  # another draw of the same training
 small, unit = scale_runs["0.01", True]["clean_reward"], scale_runs["1", True]["clean_reward"]
 first_apart = next(i for i, (a, b) in enumerate(zip(small, unit, strict=True)) if a != b)
 print(f"normalised s = 0.01 vs s = 1: the same rewards up to iteration {first_apart - 1}, apart from iteration "
       f"{first_apart} on")
-assert small[:first_apart] == unit[:first_apart] and first_apart > 0
+assert small[:first_apart] == unit[:first_apart] and first_apart == 11  # the iteration the text quotes
 
 # %%
 fig_scale, axes_scale = plt.subplots(1, 2, figsize=(9.0, 3.2), sharey=True, layout="constrained")
@@ -946,8 +946,8 @@ assert abs(shares[3] - 0.5) < 1e-6  # group std: the barely-separated prompt wei
 # > - Without normalisation the gradient is proportional to the reward scale (×100 for s = 100 above).
 # >   Adam hides most of that, but not the balance with β·KL: without normalisation the effective β
 # >   is β/s. Normalise, and the reward's units drop out (0.686, 0.679, 0.679 for s = 0.01, 1, 100
-# >   above: at s = 0.01 float rounding changes the advantages' last digits and, at iteration 11, one
-# >   sampled token; after that the runs are two draws of the same training).
+# >   above: at s = 0.01 float rounding changes the advantages' last digits, and from iteration 11 on
+# >   the sampled completions differ; after that the runs are two draws of the same training).
 # > - Normalisation bounds |A| by √(G−1) (population std), reached when one sample differs. An outlier
 # >   reward cannot produce an outlier advantage, but it still takes the group's largest one and pushes
 # >   every other sample of the group down.

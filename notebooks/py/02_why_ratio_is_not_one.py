@@ -208,8 +208,10 @@ assert all(pos > 1 > neg and w > 0 for k, pos, neg, w, _ in drift[1:])  # the si
 assert all(w2 > w1 for (*_, w1, _), (*_, w2, _) in zip(drift[1:], drift[2:], strict=False))  # mean A log rho grows
 assert all(abs((1 - neg) / (pos - 1) - 1) < 0.1 for k, pos, neg, _, _ in drift[1:4])  # about level at k = 1-3
 assert all(1 - neg > 1.05 * (pos - 1) for k, pos, neg, _, _ in drift[4:])  # A<0 clearly further from k = 4 on
-further = {k: round(100 * ((1 - neg) / (pos - 1) - 1)) for k, pos, neg, _, _ in drift[1:]}  # % further, A<0 side
-assert further[4] == 7 and further[7] == 30  # the gap the text quotes
+lopsided = [(1 - neg) / (pos - 1) for k, pos, neg, _, _ in drift[1:]]  # A<0 drift / A>0 drift, k = 1..7
+print("(1 - mean rho A<0) / (mean rho A>0 - 1), k = 1..7:", " ".join(f"{x:.2f}" for x in lopsided))
+assert all(b > a for a, b in zip(lopsided, lopsided[1:]))  # grows at every step
+assert f"{lopsided[0]:.2f} {lopsided[3]:.2f} {lopsided[6]:.2f}" == "0.92 1.07 1.30"  # the values the text quotes
 
 # %% [markdown]
 # The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0206 after one step,
@@ -217,10 +219,10 @@ assert further[4] == 7 and further[7] == 30  # the gap the text quotes
 # growing (+0.0160 to +0.1241). Token by token it holds for only 59-71% of the tokens (the
 # `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the sharing reasons above.
 #
-# Note the asymmetry that builds up: for the first three steps the two sides are about level (−0.0189 against
-# +0.0206 after one step, −0.0732 against +0.0701 after three), and from the fourth step on the gap opens:
-# the A < 0 tokens fall further below 1 than the A > 0 tokens rise above it (7 % further at k = 4, 30 % at
-# k = 7: −0.1664 against +0.1282). A token's
+# Note the asymmetry that builds up: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of A > 0 − 1),
+# grows at every step, from 0.92 at k = 1 (−0.0189 against +0.0206) to 1.07 at k = 4 and 1.30 at k = 7
+# (−0.1664 against +0.1282): the A < 0 tokens fall increasingly further below 1 than the A > 0 tokens rise
+# above it. A token's
 # ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), and mid-run the A > 0
 # tokens are already likely:
 

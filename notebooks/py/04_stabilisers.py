@@ -687,9 +687,10 @@ for label in ("100", "1"):
 # With normalisation the three runs end together (reward 0.679 for s = 1 and s = 100, 0.686 for s = 0.01):
 # the normalised advantages are the same for every s up to ε and float rounding, and the units drop out only
 # while s·σ ≫ ε. s = 100 reproduces the s = 1 run to the last digit. At s = 0.01, ε/(s·σ) and float32
-# rounding move the advantages in their last digits from the first iteration on, enough to change a sampled
-# token once the policy has moved: the two runs agree up to the iteration printed above and are then two
-# different random draws of the same training (0.007 apart, one seed's noise).
+# rounding move the advantages in their last digits, so after the first update the two runs' parameters
+# differ in their last digits; the rewards agree up to the iteration printed above, where one sampling draw
+# falls between the two runs' probabilities and a completion differs. After that the runs diverge but stay
+# correlated (they consume the same random stream) and end 0.007 apart, one seed's noise.
 # Without normalisation, s = 0.01 never leaves the starting reward (0.142, exact KL 0.002: the effective
 # β is 0.02/0.01 = 2, a hundred times that of the s = 1 run, and it pins the policy to the reference
 # harder than β = 0.5 did), and s = 100 behaves like β ≈ 0 (exact KL 1.382, close to the β = 0 run's 1.408).
@@ -946,8 +947,8 @@ assert abs(shares[3] - 0.5) < 1e-6  # group std: the barely-separated prompt wei
 # > - Without normalisation the gradient is proportional to the reward scale (×100 for s = 100 above).
 # >   Adam hides most of that, but not the balance with β·KL: without normalisation the effective β
 # >   is β/s. Normalise, and the reward's units drop out (0.686, 0.679, 0.679 for s = 0.01, 1, 100
-# >   above: at s = 0.01 float rounding changes the advantages' last digits, and from iteration 11 on
-# >   the sampled completions differ; after that the runs are two draws of the same training).
+# >   above: at s = 0.01 float rounding changes the advantages' last digits; from iteration 11 on the
+# >   sampled completions differ, and the runs diverge while sharing one random stream).
 # > - Normalisation bounds |A| by √(G−1) (population std), reached when one sample differs. An outlier
 # >   reward cannot produce an outlier advantage, but it still takes the group's largest one and pushes
 # >   every other sample of the group down.

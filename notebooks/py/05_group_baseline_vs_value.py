@@ -564,7 +564,7 @@ assert abs(sum(ev) / len(ev)) < 0.1  # the critic explains about nothing on aver
 # %% [markdown]
 # Both baselines beat no baseline on this seed (mean of the last 10 iterations above). The critic's
 # explained variance (1 = it predicts every realised return up to one constant offset, 0 = no better than
-# a constant) hovers around 0:
+# the best constant, < 0 = worse than it) hovers around 0:
 # with within-prompt reward noise and a moving policy it explains little. Explained variance is blind to a
 # constant offset, so a critic that lags behind the policy by a fixed amount does not show here; its mean
 # error in notebook 05 §3 does.

@@ -210,7 +210,7 @@ assert all(abs((1 - neg) / (pos - 1) - 1) < 0.1 for k, pos, neg, _, _ in drift[1
 assert all(1 - neg > 1.05 * (pos - 1) for k, pos, neg, _, _ in drift[4:])  # A<0 clearly further from k = 4 on
 lopsided = [(1 - neg) / (pos - 1) for k, pos, neg, _, _ in drift[1:]]  # A<0 drift / A>0 drift, k = 1..7
 print("(1 - mean rho A<0) / (mean rho A>0 - 1), k = 1..7:", " ".join(f"{x:.2f}" for x in lopsided))
-assert all(b > a for a, b in zip(lopsided, lopsided[1:]))  # grows at every step
+assert all(b > a for a, b in zip(lopsided, lopsided[1:], strict=False))  # grows at every step
 assert f"{lopsided[0]:.2f} {lopsided[3]:.2f} {lopsided[6]:.2f}" == "0.92 1.07 1.30"  # the values the text quotes
 
 # %% [markdown]

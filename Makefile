@@ -1,5 +1,6 @@
 # make lab   : set up .venv if needed, open JupyterLab on notebooks/
 # make test  : ruff, the test suite (browser tests skip without Debian's chromium), and nbval on every notebook
+# make sft   : rebuild the SFT checkpoint the trainer starts from (checkpoints/addition_sft, ~20 s, deterministic)
 # make bench : token_logprobs vs public implementations, the CLI run, notebook times, slider redraws in the browser, the grader (bench/README.md)
 # make mock  : a mock round, practice/round_N.py [ROUND=N] [BUGS=3|k|all] [HARD=1]; then make grade, make hint
 # make scratch : practice/scratch_N.py, the spec's functions as stubs to write [FUNCS=a,b|all]; then make grade FILE=
@@ -11,7 +12,7 @@ PY := .venv/bin/python
 STAMP := .venv/.installed
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: venv lab test test-fast test-browser notebooks bench clean mock grade hint scratch drill progress interview
+.PHONY: venv lab test test-fast test-browser notebooks bench sft clean mock grade hint scratch drill progress interview
 
 # The environment: the pinned requirements, then JupyterLab's settings override (jupyter/overrides.json: never
 # fetch Jupyter news, so a first start asks nothing about it, and no update check) as the environment's own
@@ -83,6 +84,9 @@ interview: venv
 
 bench: venv
 	$(PY) bench/run.py
+
+sft: venv
+	$(PY) sft.py
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache .hypothesis

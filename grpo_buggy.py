@@ -1,17 +1,19 @@
-"""GRPO (Group Relative Policy Optimization) on a toy task, small enough to read in one sitting.
+"""GRPO (Group Relative Policy Optimization) for a small language model, small enough to read in one sitting.
 
 One iteration of train() (Shao et al. 2024, "DeepSeekMath", section 4.1):
-  1. Sample    B prompts, each repeated G times; sample each completion token by token until EOS.
-  2. Score     r_i = task.reward(prompt, completion_i), in [0, 1].
+  1. Sample    B prompts, each repeated G times; tokenize them left-padded; generate each completion token by
+               token until EOS, with the attention mask and position ids of the padded batch.
+  2. Score     decode the completions to text; r_i = task.reward(prompt, text_i), in [0, 1].
   3. Advantage A_i = (r_i - mean(r)) / (std(r) + eps) within each prompt's group of G.
   4. Cache     log pi_old(o_t) of the sampled tokens (the policy that sampled them) and log pi_ref(o_t)
-               (a frozen copy of the initial policy), both without gradient.
+               (the frozen SFT model the policy starts from), both without gradient.
   5. Loss      L = -mean_t min(rho_t A, clip(rho_t, 1 - c, 1 + c) A) + beta * KL(pi || pi_ref),
-               rho_t = exp(log pi(o_t) - log pi_old(o_t)), mean over completion tokens (mask).
+               rho_t = exp(log pi(o_t) - log pi_old(o_t)); the mean runs over every unmasked completion token
+               of the minibatch (as DAPO; DeepSeekMath averages per sequence first).
   6. Update    inner_epochs passes of minibatch Adam steps on L, gradient norm clipped.
   7. Log       the statistics of the iteration (grpo_support.STATS: what each means, its healthy range).
 
-Run this file with python: [--steps 80] [--seed 0] [--json] [--<any Config field> VALUE]
+Run this file with python: [--steps 70] [--seed 0] [--json] [--<any Config field> VALUE]
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 
 from grpo_support import (
+    CHECKPOINTS,
     build_config,
     check_logits,
     check_loss_inputs,
@@ -36,11 +38,12 @@ from grpo_support import (
     run_cli,
     summarize_inner_steps,
 )
+from tinylm import CharTokenizer, TinyLM, TinyLMConfig
 
 
 @dataclass(frozen=True)
 class Config:
-    steps: int = 80
+    steps: int = 70
     """rollout iterations (one rollout batch each)"""
     prompts_per_batch: int = 16
     """B: distinct prompts per rollout batch"""
@@ -52,20 +55,18 @@ class Config:
     """passes over each rollout batch"""
     minibatches: int = 2
     """minibatches per inner epoch"""
-    lr: float = 3e-3
+    lr: float = 4e-4
     """Adam learning rate"""
     clip: float = 0.2
     """PPO clip radius c (usually 0.1 to 0.3): no reward for moving the ratio past 1 +- c the way A favours"""
-    beta: float = 0.02
+    beta: float = 0.1
     """weight of the KL penalty to the frozen reference policy (usually 0.0 to 0.1)"""
     adv_eps: float = 1e-8
     """epsilon in the advantage's std denominator; independent of clip"""
     max_grad_norm: float = 1.0
     """gradient clipping threshold on the global L2 norm"""
-    hidden: int = 64
-    """width of the tiny GRU policy"""
     dropout: float = 0.0
-    """dropout in the policy head"""
+    """dropout in the policy (attention weights and residual branches)"""
 
 
 def make_config(**overrides) -> Config:
@@ -73,51 +74,43 @@ def make_config(**overrides) -> Config:
     return build_config(Config, **overrides)
 
 
-# ---- The toy task and the policy -----------------------------------------------------------------
-class EchoTask:
-    """Echo the prompt, then EOS. Reward = fraction of the P + 1 target positions that match (about 0.14 for a
-    uniform random policy). Any task with these attributes and methods works with train()."""
+# ---- The task and the model ----------------------------------------------------------------------
+class AdditionTask:
+    """Prompts "a+b=" with a, b in 0..49; reward 1 when the completion's text is exactly a + b, else 0.
+    A task provides: alphabet (its characters), max_completion_length (tokens, EOS included), checkpoint (the
+    SFT folder the policy and the reference start from; None: a fresh seeded TinyLM), prompts(n, generator)
+    -> list of n strings, and reward(prompts, completions) -> (n,) tensor, completions as decoded text."""
 
-    vocab_size = 6
-    eos_id = 0
-    prompt_length = 2
-    max_completion_length = 4
+    alphabet = "0123456789+="
+    max_completion_length = 5
+    checkpoint = CHECKPOINTS / "addition_sft"
 
-    def prompts(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        return torch.randint(1, self.vocab_size, (n, self.prompt_length), generator=generator)  # (n, P)
+    def prompts(self, n: int, generator: torch.Generator | None = None) -> list[str]:
+        a, b = torch.randint(0, 50, (2, n), generator=generator).tolist()
+        return [f"{x}+{y}=" for x, y in zip(a, b, strict=True)]
 
-    def reward(self, prompts, completions, mask) -> torch.Tensor:
-        eos = torch.full_like(prompts[:, :1], self.eos_id)
-        target = torch.cat([prompts, eos], dim=1)  # (n, P+1)
-        width = target.shape[1]
-        got = torch.where(mask[:, :width].bool(), completions[:, :width], -1)  # (n, P+1)
-        return (got == target).float().mean(dim=1)  # (n,)
-
-
-class TinyPolicy(nn.Module):
-    """Embedding -> GRU -> linear head. tokens (N, L) -> logits (N, L, V); position l predicts token l+1.
-    One extra token, BOS (id = task vocab_size), starts every sequence."""
-
-    def __init__(self, vocab_size: int, hidden: int = 64, dropout: float = 0.0):
-        super().__init__()
-        self.bos_id = vocab_size
-        self.embed = nn.Embedding(vocab_size + 1, hidden)
-        self.rnn = nn.GRU(hidden, hidden, batch_first=True)
-        self.drop = nn.Dropout(dropout)
-        self.head = nn.Linear(hidden, vocab_size)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h, _ = self.rnn(self.embed(tokens))  # (N, L, H)
-        return self.head(self.drop(h))  # (N, L, V)
+    def reward(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
+        answers = [str(sum(int(x) for x in p.rstrip("=").split("+"))) for p in prompts]
+        return torch.tensor([float(c == a) for c, a in zip(completions, answers, strict=True)])  # (n,)
 
 
 def setup_run(task, cfg, seed):
-    """A seeded fresh policy, its frozen copy as the reference, Adam, and the generator for sampling."""
+    """The policy (the task's SFT checkpoint, or a seeded fresh TinyLM), its frozen copy as the reference, the
+    tokenizer, Adam, and the generator for sampling."""
     torch.manual_seed(seed)
-    policy = TinyPolicy(task.vocab_size, cfg.hidden, cfg.dropout)
+    tokenizer = CharTokenizer(task.alphabet)
+    if task.checkpoint is None:
+        policy = TinyLM(TinyLMConfig(tokenizer.vocab_size, dropout=cfg.dropout))
+    else:
+        policy = TinyLM.from_pretrained(task.checkpoint, dropout=cfg.dropout)
     ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    return policy, ref_policy, optimizer, torch.Generator().manual_seed(seed)
+    return policy, ref_policy, tokenizer, optimizer, torch.Generator().manual_seed(seed)
+
+
+def position_ids(attention_mask):
+    """Position of each token among its row's real tokens: cumsum(mask) - 1, 0 on left padding. (N, L)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 # ---- 1. Sample -----------------------------------------------------------------------------------
@@ -130,26 +123,33 @@ def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
 
 
 @torch.no_grad()
-def generate(policy, prompts, task, temperature, generator=None):
-    """Sample completions token by token from softmax(logits / temperature) until EOS. -> completions (N, T),
-    EOS after the first EOS; mask (N, T), True up to and including the first EOS; sampler_logprobs (N, T),
-    log-prob of each drawn token under the distribution it was drawn from; entropy (N, T) of that distribution."""
-    N, T = prompts.shape[0], task.max_completion_length
-    tokens = torch.cat([torch.full((N, 1), policy.bos_id), prompts], dim=1)  # (N, 1+P)
+def generate(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator=None):
+    """Sample completions of left-padded prompts token by token from softmax(logits / temperature) until EOS,
+    with a key-value cache. prompt_ids, prompt_mask (N, P) -> completions (N, T), PAD after the first EOS;
+    mask (N, T), True up to and including the first EOS; sampler_logprobs (N, T), log-prob of each drawn token
+    under the distribution it was drawn from; entropy (N, T) of that distribution."""
+    N = prompt_ids.shape[0]
+    attention_mask = prompt_mask.long()  # (N, P + t): grows by one column per token
+    out = policy(prompt_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                 use_cache=True)
     done = torch.zeros(N, dtype=torch.bool)
-    masks, logprobs, entropies = [], [], []
-    for _ in range(T):
-        logits = policy(tokens)[:, -1] / temperature  # (N, V)
+    tokens, masks, logprobs, entropies = [], [], [], []
+    for _ in range(max_new_tokens):
+        logits = out.logits[:, -1] / temperature  # (N, V)
         nxt = sample_from_logits(logits, 1, generator=generator).squeeze(-1)  # (N,)
-        nxt = torch.where(done, task.eos_id, nxt)
+        nxt = torch.where(done, tokenizer.pad_token_id, nxt)
         masks.append(~done)
         logp = torch.log_softmax(logits, dim=-1)  # (N, V)
         logprobs.append(logp.gather(1, nxt[:, None]).squeeze(1))  # (N,)
         entropies.append(-(logp.exp() * logp).sum(-1))  # (N,)
-        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
-        done = done | (nxt == task.eos_id)
-    completions = tokens[:, 1 + prompts.shape[1] :]  # (N, T)
-    return completions, torch.stack(masks, 1), torch.stack(logprobs, 1), torch.stack(entropies, 1)
+        tokens.append(nxt)
+        done = done | (nxt == tokenizer.eos_token_id)
+        attention_mask = torch.cat([attention_mask, masks[-1].long()[:, None]], dim=1)
+        out = policy(nxt[:, None], attention_mask=attention_mask,
+                     position_ids=position_ids(attention_mask)[:, -1:], past_key_values=out.past_key_values,
+                     use_cache=True)
+    stack = lambda xs: torch.stack(xs, dim=1)  # noqa: E731
+    return stack(tokens), stack(masks), stack(logprobs), stack(entropies)
 
 
 # ---- 3. Advantage (2. Score is the task's reward, called in rollout below) -----------------------
@@ -177,33 +177,41 @@ def token_logprobs(logits, tokens):
     return torch.log(probs).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def completion_logits(policy, prompts, completions):
-    """The policy's logits for every completion token: row t scores completions[:, t]. -> (N, T, V)."""
-    bos = torch.full((prompts.shape[0], 1), policy.bos_id)  # (N, 1)
-    logits = policy(torch.cat([bos, prompts, completions], dim=1))  # (N, 1+P+T, V)
+def completion_logits(policy, prompt_ids, prompt_mask, completions, mask):
+    """The policy's logits for every completion token, with the padded batch's attention mask and positions:
+    row t scores completions[:, t]. prompt_ids, prompt_mask (N, P); completions, mask (N, T) -> (N, T, V)."""
+    input_ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
+    attention_mask = torch.cat([prompt_mask.long(), mask.long()], dim=1)  # (N, P+T)
+    logits = policy(input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)).logits
     T = completions.shape[1]
     return logits[:, -T:]
 
 
-def policy_logprobs(policy, prompts, completions, temperature):
+def policy_logprobs(policy, prompt_ids, prompt_mask, completions, mask, temperature):
     """log pi(completion tokens) under the distribution they were sampled from. -> (N, T)."""
-    logits = completion_logits(policy, prompts, completions)
+    logits = completion_logits(policy, prompt_ids, prompt_mask, completions, mask)
     return token_logprobs(logits, completions)
 
 
 @torch.no_grad()
-def rollout(policy, ref_policy, task, cfg, generator):
+def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
     """Steps 1-4 for one batch: B prompts x G samples, rewards, advantages, cached old and ref log-probs."""
     policy.eval()
-    prompts = check_prompts(task.prompts(cfg.prompts_per_batch, generator), task, cfg)  # (B, P)
-    prompts = prompts.repeat_interleave(cfg.group_size, 0)  # (N, P), N = B*G: G copies of each prompt
-    completions, mask, sampler_logprobs, entropy = generate(policy, prompts, task, cfg.temperature, generator)
-    rewards = check_task_rewards(task.reward(prompts, completions, mask), prompts.shape[0])  # (N,)
-    batch = dict(prompts=prompts, completions=completions, mask=mask, rewards=rewards,
-                 sampler_logprobs=sampler_logprobs, entropy=entropy)
+    prompts = check_prompts(task.prompts(cfg.prompts_per_batch, generator), cfg.prompts_per_batch)
+    prompts = [p for p in prompts for _ in range(cfg.group_size)]  # N = B*G: G copies of each prompt
+    encoded = tokenizer(prompts, padding_side="left")
+    prompt_ids, prompt_mask = encoded["input_ids"], encoded["attention_mask"]  # (N, P)
+    completions, mask, sampler_logprobs, entropy = generate(
+        policy, tokenizer, prompt_ids, prompt_mask, task.max_completion_length, cfg.temperature, generator)
+    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    rewards = check_task_rewards(task.reward(prompts, texts), len(prompts))  # (N,)
+    batch = dict(prompts=prompts, texts=texts, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                 completions=completions, mask=mask, rewards=rewards, sampler_logprobs=sampler_logprobs,
+                 entropy=entropy)
     batch["advantages"] = batch_advantages(rewards, cfg.group_size, cfg.adv_eps)  # (N,)
-    batch["old_logprobs"] = policy_logprobs(policy, prompts, completions, cfg.temperature)  # (N, T)
-    batch["ref_logprobs"] = policy_logprobs(ref_policy, prompts, completions, cfg.temperature)  # (N, T)
+    cached = (prompt_ids, prompt_mask, completions, mask, cfg.temperature)
+    batch["old_logprobs"] = policy_logprobs(policy, *cached)  # (N, T)
+    batch["ref_logprobs"] = policy_logprobs(ref_policy, *cached)  # (N, T)
     return batch, rollout_stats(batch, cfg.group_size)
 
 
@@ -261,7 +269,8 @@ def update_policy(policy, optimizer, batch, cfg, generator):
     for _ in range(cfg.inner_epochs):
         for idx in torch.randperm(batch["rewards"].shape[0], generator=generator).chunk(cfg.minibatches):
             mask = batch["mask"][idx]  # (n, T)
-            logprobs = policy_logprobs(policy, batch["prompts"][idx], batch["completions"][idx], cfg.temperature)
+            logprobs = policy_logprobs(policy, batch["prompt_ids"][idx], batch["prompt_mask"][idx],
+                                       batch["completions"][idx], mask, cfg.temperature)  # (n, T)
             old_logprobs = logprobs.detach()
             adv = batch["advantages"][idx]  # (n,)
             pg_loss = grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip)
@@ -274,15 +283,15 @@ def update_policy(policy, optimizer, batch, cfg, generator):
 
 # ---- Training loop -------------------------------------------------------------------------------
 def train(task=None, *, seed: int = 0, on_iteration=None, **overrides) -> list[dict]:
-    """Train a fresh TinyPolicy on `task` (default EchoTask) with GRPO; -> one stats dict per iteration.
+    """Train the task's SFT model (default AdditionTask) with GRPO; -> one stats dict per iteration.
     overrides: any Config field. on_iteration(stats) is called after every iteration."""
     cfg = make_config(**overrides)
-    task = EchoTask() if task is None else task
-    policy, ref_policy, optimizer, generator = setup_run(task, cfg, seed)
+    task = AdditionTask() if task is None else task
+    policy, ref_policy, tokenizer, optimizer, generator = setup_run(task, cfg, seed)
     history = []
     for it in range(cfg.steps):
         start = time.perf_counter()
-        batch, stats = rollout(policy, ref_policy, task, cfg, generator)  # 1-4
+        batch, stats = rollout(policy, ref_policy, tokenizer, task, cfg, generator)  # 1-4
         records = update_policy(policy, optimizer, batch, cfg, generator)  # 5-6
         stats.update(summarize_inner_steps(records), iteration=it, seconds=time.perf_counter() - start)  # 7
         history.append(stats)

@@ -16,6 +16,7 @@ import math
 import numbers
 import time
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import torch
 
@@ -29,6 +30,9 @@ class Stat:
     hi: float
     why: str
 
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+"""where the SFT checkpoints live (`make sft` rebuilds them), wherever a copy of a twin is run from"""
 
 INF = math.inf
 STATS = {
@@ -159,11 +163,15 @@ def check_loss_inputs(logprobs, old_logprobs, advantages, mask, clip) -> torch.T
     return mask.bool()
 
 
-def check_prompts(prompts, task, cfg) -> torch.Tensor:
-    if prompts.shape != (cfg.prompts_per_batch, task.prompt_length):
-        raise ValueError(f"task.prompts must return ({cfg.prompts_per_batch}, {task.prompt_length}), "
-                         f"got {tuple(prompts.shape)}")
-    return prompts.long()
+def check_prompts(prompts, n) -> list[str]:
+    """The task's prompts: a list of n strings (a clear error otherwise)."""
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or len(prompts) != n:
+        raise ValueError(f"task.prompts must return a list of {n} strings, got {type(prompts).__name__} "
+                         f"of length {len(prompts) if hasattr(prompts, '__len__') else '?'}")
+    bad = [p for p in prompts if not isinstance(p, str)]
+    if bad:
+        raise ValueError(f"task.prompts must return strings, got {bad[:3]!r}")
+    return list(prompts)
 
 
 def check_task_rewards(rewards, n) -> torch.Tensor:
@@ -190,7 +198,6 @@ CONFIG_RULES = {
     "beta": ("finite", lambda v, cfg: math.isfinite(v)),
     "adv_eps": ("> 0 and finite", lambda v, cfg: 0 < v < math.inf),
     "max_grad_norm": ("> 0", lambda v, cfg: v > 0),
-    "hidden": ("an int >= 1", lambda v, cfg: isinstance(v, int) and v >= 1),
     "dropout": ("in [0, 1)", lambda v, cfg: 0 <= v < 1),
 }
 
@@ -262,10 +269,10 @@ def parse_args(argv, make_config, description):
 
 
 def run_cli(train, make_config, description, argv=None):
-    """`python grpo_<twin>.py [--steps 80] [--seed 0] [--json] [--<any Config field> VALUE]`: train with a
+    """`python grpo_<twin>.py [--steps 70] [--seed 0] [--json] [--<any Config field> VALUE]`: train with a
     progress line every 10 iterations (and the last), then the summary (one JSON line with --json)."""
     args, overrides = parse_args(argv, make_config, description)
-    torch.set_num_threads(1)  # tiny tensors: one thread is faster than two
+    torch.set_num_threads(1)  # tiny tensors: one thread is faster than two, and runs match the notebooks'
     steps = make_config(**overrides).steps
 
     def progress(stats):

@@ -21,6 +21,7 @@ model.pt.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -137,8 +138,9 @@ class SelfAttention(nn.Module):
                    for t in self.qkv(x).split(D, dim=2))  # each (N, H, L, Dh)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (N, H, L_total, Dh)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
-                                           dropout_p=self.dropout if self.training else 0.0)  # (N, H, L, Dh)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(D // self.n_heads)  # (N, H, L, L_total)
+        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)  # (N, H, L, L_total)
+        y = F.dropout(weights, self.dropout, self.training) @ v  # (N, H, L, Dh)
         return self.out(y.transpose(1, 2).reshape(N, L, D)), (k, v)
 
 
@@ -204,8 +206,14 @@ class TinyLM(nn.Module):
         torch.save(self.state_dict(), Path(path) / "model.pt")
 
     @classmethod
-    def from_pretrained(cls, path: Path | str) -> TinyLM:
-        model = cls(TinyLMConfig(**json.loads((Path(path) / "config.json").read_text())))
+    def from_pretrained(cls, path: Path | str, **overrides) -> TinyLM:
+        """The saved model; overrides replace fields of its TinyLMConfig that leave the weights' shapes alone
+        (dropout)."""
+        config = json.loads((Path(path) / "config.json").read_text())
+        unknown = sorted(set(overrides) - {"dropout"})
+        if unknown:
+            raise ValueError(f"from_pretrained can override only dropout, got {unknown}")
+        model = cls(TinyLMConfig(**{**config, **overrides}))
         model.load_state_dict(torch.load(Path(path) / "model.pt", weights_only=True))
         return model
 

@@ -71,19 +71,19 @@ def test_pathwise_k3_gradient_is_the_reverse_kl_gradient():
 
 
 def test_noisy_task_scales_glitches_and_records():
-    task = grpo_fixed.EchoTask()
-    prompts = torch.tensor([[3, 1, 2]] * 400)
-    completions = torch.cat([prompts, torch.full((400, 1), task.eos_id)], dim=1)  # correct echoes
-    mask = torch.ones_like(completions, dtype=torch.bool)
-    clean = task.reward(prompts, completions, mask)  # (400,)
-    noisy = nb04_stabilisers.NoisyEchoTask(scale=3.0, glitch_prob=0.1, glitch_size=1000.0, seed=0)
-    rewards = noisy.reward(prompts, completions, mask)
+    task = grpo_fixed.AdditionTask()
+    prompts = ["3+4=", "12+30="] * 200
+    completions = ["7", "41"] * 200  # the first right, the second wrong
+    clean = task.reward(prompts, completions)  # (400,)
+    assert clean.tolist()[:2] == [1.0, 0.0]
+    noisy = nb04_stabilisers.NoisyAdditionTask(scale=3.0, glitch_prob=0.1, glitch_size=1000.0, seed=0)
+    rewards = noisy.reward(prompts, completions)
     glitched = rewards > 500
     assert noisy.glitches == [int(glitched.sum())] and 10 < noisy.glitches[0] < 80
     assert torch.allclose(rewards[~glitched], 3.0 * clean[~glitched])
     assert noisy.clean == [pytest.approx(clean.mean().item())]
-    plain = nb04_stabilisers.NoisyEchoTask()
-    assert torch.equal(plain.reward(prompts, completions, mask), clean) and plain.glitches == [0]
+    plain = nb04_stabilisers.NoisyAdditionTask()
+    assert torch.equal(plain.reward(prompts, completions), clean) and plain.glitches == [0]
 
 
 def test_k3_from_ratio():
@@ -100,7 +100,7 @@ def test_instrumented_run_records_every_iteration_and_is_cached():
     assert len(run["glitches"]) == 2 and set(run["glitches"]) == {0}
     assert all(len(it) == cfg.inner_epochs * cfg.minibatches for it in run["inner"])
     assert run["inner"][0][0]["kl_old"] == 0.0  # pi is pi_old at the first inner step
-    assert all(kl > 0 for kl in run["exact_kl"])  # the policy moved away from the reference
+    assert all(kl > 0 for kl in run["exact_kl"])  # the policy moved away from the reference (the SFT model)
     assert len(nb04_stabilisers.step_norms(run)) == 2 * cfg.inner_epochs * cfg.minibatches
     assert run["history"][0]["reward"] == pytest.approx(run["clean_reward"][0])  # scale 1, no glitch
 
@@ -122,9 +122,9 @@ def test_instrumented_run_with_bugs_and_glitches():
 
 def test_exact_token_kl_is_zero_against_itself():
     cfg = grpo_fixed.make_config(**SHORT)
-    task = grpo_fixed.EchoTask()
-    policy, ref_policy, _, generator = grpo_fixed.setup_run(task, cfg, 0)
-    batch, _ = grpo_fixed.rollout(policy, ref_policy, task, cfg, generator)
+    task = grpo_fixed.AdditionTask()
+    policy, ref_policy, tokenizer, _, generator = grpo_fixed.setup_run(task, cfg, 0)
+    batch, _ = grpo_fixed.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
     assert nb04_stabilisers.exact_token_kl(grpo_fixed, policy, ref_policy, batch, cfg.temperature) == 0
     with torch.no_grad():
         next(policy.parameters()).add_(0.5)

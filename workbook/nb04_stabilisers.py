@@ -1,5 +1,6 @@
 """Machinery for notebook 04 (stabilisers): 1-token autograd probes of the clipped surrogate, exact KL
-quantities on a small vocabulary, short instrumented training runs (cached), and the slider helpers.
+quantities on a small vocabulary (and per position of the TinyLM), short instrumented training runs
+(cached), and the slider helpers.
 The code the notebook teaches (the k1/k2/k3 estimators, the clip-only loss, the centred advantage, the
 Adam spike toy) lives in the notebook's own cells.
 """
@@ -89,19 +90,19 @@ def pathwise_kl_grads(logits_p, logq):
 # 3. Short training runs, instrumented, cached (the sliders only select among them)
 
 
-class NoisyEchoTask(grpo_fixed.EchoTask):
-    """EchoTask whose reward is multiplied by `scale`, and with probability `glitch_prob` per sample
+class NoisyAdditionTask(grpo_fixed.AdditionTask):
+    """AdditionTask whose reward is multiplied by `scale`, and with probability `glitch_prob` per sample
     gets `glitch_size` added (a reward-model outlier, unrelated to the completion). Per batch it keeps
-    the clean echo reward (before scale and glitch) in `self.clean` and the number of glitched samples
-    in `self.glitches`."""
+    the clean reward (before scale and glitch, the fraction of exact answers) in `self.clean` and the number
+    of glitched samples in `self.glitches`."""
 
     def __init__(self, scale=1.0, glitch_prob=0.0, glitch_size=0.0, seed=0):
         self.scale, self.glitch_prob, self.glitch_size = scale, glitch_prob, glitch_size
         self.generator = torch.Generator().manual_seed(seed)  # its own stream: sampling is untouched
         self.clean, self.glitches = [], []
 
-    def reward(self, prompts, completions, mask):
-        clean = super().reward(prompts, completions, mask)  # (n,) in [0, 1]
+    def reward(self, prompts, completions):
+        clean = super().reward(prompts, completions)  # (n,) in {0, 1}
         self.clean.append(clean.mean().item())
         if self.glitch_prob == 0:
             self.glitches.append(0)
@@ -122,7 +123,7 @@ def k3_from_ratio(ratio):
 def exact_token_kl(module, policy, ref_policy, batch, temperature):
     """Exact KL(pi || pi_ref) of the next-token distributions, averaged over generated positions.
     Sums over the whole vocabulary, so it has no sampling noise (unlike the logged k3)."""
-    args = (batch["prompts"], batch["completions"])
+    args = (batch["prompt_ids"], batch["prompt_mask"], batch["completions"], batch["mask"])
     logp = torch.log_softmax(module.completion_logits(policy, *args) / temperature, -1)  # (N, T, V)
     logq = torch.log_softmax(module.completion_logits(ref_policy, *args) / temperature, -1)  # (N, T, V)
     per_position = (logp.exp() * (logp - logq)).sum(-1)  # (N, T)
@@ -134,10 +135,10 @@ _RUNS: dict = {}
 
 def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0, glitch_size=0.0, seed=0,
                      **overrides):
-    """train() of a hybrid (fixed + `bugs`) on NoisyEchoTask, recording per iteration: the inner steps
-    (k3 to pi_ref as logged, k3 to pi_old from the ratio, pre-clip grad norm), the exact KL to pi_ref
-    after the update, the clean reward and the number of glitched samples. advantage_fn, if given,
-    replaces group_advantage (one group's rewards -> its advantages).
+    """train() of a hybrid (fixed + `bugs`) on NoisyAdditionTask (from the SFT checkpoint), recording per
+    iteration: the inner steps (k3 to pi_ref as logged, k3 to pi_old from the ratio, pre-clip grad norm),
+    the exact KL to pi_ref after the update, the clean reward and the number of glitched samples.
+    advantage_fn, if given, replaces group_advantage (one group's rewards -> its advantages).
     Cached: the same arguments return the same dict. -> dict(history, inner, exact_kl, clean_reward, glitches)"""
     cfg = grpo_fixed.make_config(**overrides)  # hashable; equal configs share one run
     key = (bugs, advantage_fn, reward_scale, glitch_prob, glitch_size, seed, cfg)
@@ -149,9 +150,9 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
     out = dict(inner=[], exact_kl=[])
     rollout, update_policy, refs = m.rollout, m.update_policy, {}
 
-    def rollout_spy(policy, ref_policy, task, cfg, generator):
+    def rollout_spy(policy, ref_policy, tokenizer, task, cfg, generator):
         refs["ref"] = ref_policy
-        return rollout(policy, ref_policy, task, cfg, generator)
+        return rollout(policy, ref_policy, tokenizer, task, cfg, generator)
 
     def update_spy(policy, optimizer, batch, cfg, generator):
         records = update_policy(policy, optimizer, batch, cfg, generator)
@@ -161,7 +162,7 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
         return records
 
     m.rollout, m.update_policy = rollout_spy, update_spy
-    task = NoisyEchoTask(reward_scale, glitch_prob, glitch_size, seed)
+    task = NoisyAdditionTask(reward_scale, glitch_prob, glitch_size, seed)
     out["history"] = m.train(task, seed=seed, **overrides)
     out["clean_reward"], out["glitches"] = task.clean, task.glitches
     _RUNS[key] = out
@@ -184,16 +185,15 @@ def quantile(values, q: float) -> float:
 
 
 def pg_grad_norm(advantage_fn, reward_scale: float, *, seed=0, prompts_per_batch=8):
-    """Norm of the gradient of the clipped surrogate (no KL) on one rollout batch of a fresh policy
+    """Norm of the gradient of the clipped surrogate (no KL) on one rollout batch of the SFT policy
     whose rewards are multiplied by reward_scale; advantages from advantage_fn per group."""
     cfg = grpo_fixed.make_config(prompts_per_batch=prompts_per_batch)
-    task = NoisyEchoTask(reward_scale)
-    policy, ref_policy, _, generator = grpo_fixed.setup_run(task, cfg, seed)
-    batch, _ = grpo_fixed.rollout(policy, ref_policy, task, cfg, generator)
+    task = NoisyAdditionTask(reward_scale)
+    policy, ref_policy, tokenizer, _, generator = grpo_fixed.setup_run(task, cfg, seed)
+    batch, _ = grpo_fixed.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
     groups = batch["rewards"].view(-1, cfg.group_size)  # (B, G)
     adv = torch.cat([advantage_fn(g.tolist()) for g in groups]).float()  # (B*G,)
-    logp = grpo_fixed.policy_logprobs(policy, batch["prompts"], batch["completions"], cfg.temperature)
+    logp = grpo_fixed.policy_logprobs(policy, batch["prompt_ids"], batch["prompt_mask"], batch["completions"],
+                                      batch["mask"], cfg.temperature)  # (N, T)
     grpo_fixed.grpo_loss(logp, batch["old_logprobs"], adv, batch["mask"], cfg.clip).backward()
     return torch.cat([p.grad.flatten() for p in policy.parameters()]).norm().item()
-
-

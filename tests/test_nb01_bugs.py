@@ -23,10 +23,13 @@ from workbook.widgets import live_plot, set_value, slider  # noqa: E402
 def test_tiny_rollout_is_setup_run_then_rollout():
     run = nb01_bugs.tiny_rollout(grpo_fixed, seed=3, prompts_per_batch=2, group_size=4)
     cfg = grpo_fixed.make_config(prompts_per_batch=2, group_size=4)
-    policy, ref_policy, optimizer, generator = grpo_fixed.setup_run(grpo_fixed.EchoTask(), cfg, seed=3)
-    batch, stats = grpo_fixed.rollout(policy, ref_policy, grpo_fixed.EchoTask(), cfg, generator)
+    task = grpo_fixed.AdditionTask()
+    policy, ref_policy, tokenizer, optimizer, generator = grpo_fixed.setup_run(task, cfg, seed=3)
+    batch, stats = grpo_fixed.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
     assert run.cfg == cfg and run.stats == stats
-    assert all(torch.equal(run.batch[k], batch[k]) for k in batch)
+    assert run.batch["prompts"] == batch["prompts"] and run.batch["texts"] == batch["texts"]
+    assert all(torch.equal(run.batch[k], batch[k]) for k in batch if isinstance(batch[k], torch.Tensor))
+    assert run.tokenizer.alphabet == task.alphabet
     assert isinstance(run.optimizer, torch.optim.Adam) and run.optimizer.param_groups[0]["lr"] == cfg.lr
     assert {id(p) for p in run.optimizer.param_groups[0]["params"]} == {id(p) for p in run.policy.parameters()}
     assert torch.equal(run.generator.get_state(), generator.get_state())  # the same draws were consumed

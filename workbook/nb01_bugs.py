@@ -29,19 +29,20 @@ class TinyRun(NamedTuple):
     batch: dict
     stats: dict
     policy: torch.nn.Module
+    tokenizer: object
     optimizer: torch.optim.Optimizer
     cfg: object
     generator: torch.Generator
 
 
 def tiny_rollout(module, *, seed: int = 0, **overrides) -> TinyRun:
-    """One rollout batch of `module` on EchoTask from module.setup_run(task, cfg, seed); cfg overrides e.g.
-    prompts_per_batch=2, group_size=4."""
+    """One rollout batch of `module` on AdditionTask (its SFT checkpoint as policy and reference) from
+    module.setup_run(task, cfg, seed); cfg overrides e.g. prompts_per_batch=2, group_size=4."""
     cfg = module.make_config(**overrides)
-    task = module.EchoTask()
-    policy, ref_policy, optimizer, generator = module.setup_run(task, cfg, seed)
-    batch, stats = module.rollout(policy, ref_policy, task, cfg, generator)
-    return TinyRun(batch, stats, policy, optimizer, cfg, generator)
+    task = module.AdditionTask()
+    policy, ref_policy, tokenizer, optimizer, generator = module.setup_run(task, cfg, seed)
+    batch, stats = module.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
+    return TinyRun(batch, stats, policy, tokenizer, optimizer, cfg, generator)
 
 
 # ----------------------------------------------------------------------------------------------

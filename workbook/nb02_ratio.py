@@ -10,6 +10,7 @@ A_t is the advantage of the token's sequence.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -18,10 +19,11 @@ import torch
 from matplotlib.transforms import blended_transform_factory
 
 import grpo_fixed
+from tinylm import TinyLM
 from workbook.plots import BUGGY, FIXED, REFERENCE
 from workbook.widgets import choice as widgets_choice
 
-TASK = grpo_fixed.EchoTask()
+TASK = grpo_fixed.AdditionTask()
 SMALL = dict(prompts_per_batch=8, group_size=8)
 """B = 8 prompts x G = 8 samples = 64 sequences per rollout batch"""
 
@@ -31,6 +33,8 @@ class Snapshot:
     """One moment of a run: the policy and Adam state just before an update, and the rollout batch."""
 
     cfg: grpo_fixed.Config
+    model_config: object
+    tokenizer: object
     policy_state: dict
     optimizer_state: dict
     ref_policy: torch.nn.Module
@@ -42,18 +46,18 @@ def warm_start(iterations: int = 20, seed: int = 0) -> Snapshot:
     """Run the fixed twin's own loop (rollout + update_policy, as in train()) for `iterations`, then
     take one more rollout batch: a mid-run policy, whose next update the notebook replays many ways."""
     cfg = grpo_fixed.make_config(**SMALL)
-    policy, ref_policy, optimizer, generator = grpo_fixed.setup_run(TASK, cfg, seed)
+    policy, ref_policy, tokenizer, optimizer, generator = grpo_fixed.setup_run(TASK, cfg, seed)
     for _ in range(iterations):
-        batch, _ = grpo_fixed.rollout(policy, ref_policy, TASK, cfg, generator)
+        batch, _ = grpo_fixed.rollout(policy, ref_policy, tokenizer, TASK, cfg, generator)
         grpo_fixed.update_policy(policy, optimizer, batch, cfg, generator)
-    batch, stats = grpo_fixed.rollout(policy, ref_policy, TASK, cfg, generator)
-    return Snapshot(cfg, copy.deepcopy(policy.state_dict()), copy.deepcopy(optimizer.state_dict()),
-                    ref_policy, batch, stats)
+    batch, stats = grpo_fixed.rollout(policy, ref_policy, tokenizer, TASK, cfg, generator)
+    return Snapshot(cfg, policy.config, tokenizer, copy.deepcopy(policy.state_dict()),
+                    copy.deepcopy(optimizer.state_dict()), ref_policy, batch, stats)
 
 
 def restore(snap: Snapshot, *, lr: float | None = None, dropout: float = 0.0):
     """A fresh (policy, Adam) pair in the snapshot's state; optionally a new lr or dropout rate."""
-    policy = grpo_fixed.TinyPolicy(TASK.vocab_size, snap.cfg.hidden, dropout)
+    policy = TinyLM(dataclasses.replace(snap.model_config, dropout=dropout))  # the SFT model's sizes
     policy.load_state_dict(snap.policy_state)
     optimizer = torch.optim.Adam(policy.parameters(), lr=snap.cfg.lr)
     optimizer.load_state_dict(copy.deepcopy(snap.optimizer_state))  # load_state_dict aliases the tensors
@@ -66,7 +70,7 @@ def rollout_with(module, snap: Snapshot, *, seed: int = 1, **overrides):
     """One rollout batch from the snapshot's policy, by `module` (a twin or a hybrid). -> batch, stats"""
     cfg = module.make_config(**{**SMALL, **overrides})
     policy, _ = restore(snap, dropout=cfg.dropout)
-    return module.rollout(policy, snap.ref_policy, TASK, cfg, torch.Generator().manual_seed(seed))
+    return module.rollout(policy, snap.ref_policy, snap.tokenizer, TASK, cfg, torch.Generator().manual_seed(seed))
 
 
 def sign_means(ratio, token_adv) -> tuple[float, float]:

@@ -11,8 +11,9 @@ The trainer imports this file the way a real hand-out imports `transformers`:
 As in Hugging Face models, `position_ids` default to 0..L-1 for every row, whatever the attention mask says:
 a left-padded row must be given its positions (`attention_mask.cumsum(-1) - 1`), or its real tokens sit at
 shifted positions. (Hugging Face's `generate()` derives them from the attention mask by itself, in the model's
-`prepare_inputs_for_generation`; a hand-written forward pass for training must do the same.) The attention mask hides padded keys; a query always sees itself, so a padded row's
-outputs stay finite (and meaningless). `past_key_values` / `use_cache` give the usual key-value cache.
+`prepare_inputs_for_generation`; a hand-written forward pass for training must do the same.)
+The attention mask hides padded keys; a query always sees itself, so a padded row's outputs stay finite (and
+meaningless). `past_key_values` / `use_cache` give the usual key-value cache.
 
 Model: decoder-only transformer, pre-LayerNorm blocks, learned absolute position embeddings, tied input and
 output embeddings. Sizes live in `TinyLMConfig`; a checkpoint is a folder with config.json, vocab.json and

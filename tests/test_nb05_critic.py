@@ -83,12 +83,10 @@ def test_group_baseline_reproduces_grpo_fixed_train_exactly():
 
 
 def test_a_hybrid_module_runs_its_own_functions():
-    """module=B2 uses the hybrid's group_advantage: on a sparse task its advantages turn NaN."""
-    from workbook.tasks import SparseMatchTask
-
-    history, _ = nb05_critic.train_with_baseline(SparseMatchTask(), module=catalog.hybrid("B2"), steps=1,
-                                                 prompts_per_batch=8)
-    fixed, _ = nb05_critic.train_with_baseline(SparseMatchTask(), steps=1, prompts_per_batch=8)
+    """module=B2 uses the hybrid's group_advantage: the SFT model answers some prompts always (or never)
+    right, and on those all-equal groups its advantages turn NaN."""
+    history, _ = nb05_critic.train_with_baseline(module=catalog.hybrid("B2"), steps=1, prompts_per_batch=8)
+    fixed, _ = nb05_critic.train_with_baseline(steps=1, prompts_per_batch=8)
     assert history[0]["adv_nonfinite"] > 0 and fixed[0]["adv_nonfinite"] == 0
 
 
@@ -154,11 +152,14 @@ def test_gae_hand_example():
 def test_the_critic_targets_are_the_outcome_with_lambda_one():
     """On a real rollout: with lambda = 1 every generated token's return is the outcome reward r, so the
     advantage before scaling, returns - V_phi_old, is r - V(s_t)."""
-    task, cfg = grpo_fixed.EchoTask(), grpo_fixed.make_config(prompts_per_batch=4)
-    policy, ref_policy, _, generator = grpo_fixed.setup_run(task, cfg, seed=0)
-    batch, _ = grpo_fixed.rollout(policy, ref_policy, task, cfg, generator)
-    stats = nb05_critic.attach_advantages(batch, "critic", nb05_critic.make_critic(task, cfg.hidden), cfg, lam=1.0,
-                                          fns=CRITIC_FNS)
+    task, cfg = grpo_fixed.AdditionTask(), grpo_fixed.make_config(prompts_per_batch=4)
+    policy, ref_policy, tokenizer, _, generator = grpo_fixed.setup_run(task, cfg, seed=0)
+    batch, _ = grpo_fixed.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
+    critic = nb05_critic.make_critic(task)
+    with torch.no_grad():
+        critic.head.bias.fill_(0.3)  # a non-zero critic, so r - V differs from r
+        critic.head.weight.normal_(0, 0.05, generator=torch.Generator().manual_seed(0))
+    stats = nb05_critic.attach_advantages(batch, "critic", critic, cfg, lam=1.0, fns=CRITIC_FNS)
     mask, r = batch["mask"], batch["rewards"][:, None].expand_as(batch["mask"])
     assert torch.allclose(batch["returns"][mask], r[mask], atol=1e-6)
     scale = (batch["returns"] - batch["values"])[mask].std(unbiased=False) + cfg.adv_eps
@@ -191,7 +192,7 @@ def test_short_critic_run_logs_value_stats_and_trains_the_critic(critic_run):
 
 def test_snapshots_are_copies_taken_before_the_iteration(critic_run):
     _, snapshots = critic_run
-    fresh_policy, _, _, _ = grpo_fixed.setup_run(grpo_fixed.EchoTask(), grpo_fixed.make_config(), seed=0)
+    fresh_policy = grpo_fixed.setup_run(grpo_fixed.AdditionTask(), grpo_fixed.make_config(), seed=0)[0]
     for a, b in zip(snapshots[0][0].parameters(), fresh_policy.parameters(), strict=True):
         assert torch.equal(a, b)  # iteration 0's snapshot is the initial policy
 
@@ -200,17 +201,17 @@ def test_snapshots_are_copies_taken_before_the_iteration(critic_run):
 
 
 def test_count_passes_counts_every_network_and_patches_nothing():
-    forward = grpo_fixed.TinyPolicy.forward
+    forward = grpo_fixed.TinyLM.forward
     cfg = grpo_fixed.make_config(**SHORT)
     N, steps = cfg.prompts_per_batch * cfg.group_size, cfg.inner_epochs * cfg.minibatches
     group = nb05_critic.count_passes(baseline="group", **SHORT)
     critic = nb05_critic.count_passes(baseline="critic", critic_fns=CRITIC_FNS, **SHORT)
-    assert grpo_fixed.TinyPolicy.forward is forward  # the class is untouched
+    assert grpo_fixed.TinyLM.forward is forward  # the class is untouched
     assert group[("reference", "forward")] == (1, N)
     assert group[("policy", "forward+backward")] == (steps, cfg.inner_epochs * N)
     calls, rows = group[("policy", "forward")]
     assert rows == calls * N
-    assert 2 <= calls <= grpo_fixed.EchoTask.max_completion_length + 1  # generation + old log-probs
+    assert 3 <= calls <= grpo_fixed.AdditionTask.max_completion_length + 2  # prompt + each token + old log-probs
     assert {k: v for k, v in critic.items() if k not in group} == {
         ("critic", "forward"): (1, N), ("critic", "forward+backward"): (steps, cfg.inner_epochs * N)}
 
@@ -237,15 +238,43 @@ def test_count_passes_removes_its_hooks():
 # ---- exact enumeration and the baseline experiment -------------------------------------------------
 
 
-def test_all_completions_count_and_exact_probabilities_sum_to_one():
-    task = grpo_fixed.EchoTask()
-    completions, mask = nb05_critic.all_completions(task)
-    assert completions.shape == (1 + 5 + 25 + 125 + 625, task.max_completion_length)
-    assert len({tuple(row.tolist()) for row in completions}) == completions.shape[0]  # all distinct
-    policy, _, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)
-    probs, rewards = nb05_critic.exact_outcomes(policy, task, nb05_critic.all_prompts(task)[:3], 0.8)
-    assert torch.allclose(probs.sum(1), torch.ones(3), atol=1e-5)
-    assert ((rewards >= 0) & (rewards <= 1)).all()
+def test_exact_values_are_the_probability_of_the_one_right_answer():
+    task = grpo_fixed.AdditionTask()
+    prompts = nb05_critic.all_prompts(task)
+    assert len(prompts) == 2500 == len(set(prompts)) and prompts[0] == "0+0=" and prompts[-1] == "49+49="
+    assert nb05_critic.answer("17+25=") == "42"
+    policy, _, tokenizer, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)
+    few = ["3+4=", "17+25=", "49+49="]
+    probs, rewards = nb05_critic.exact_outcomes(policy, tokenizer, few, 0.8)
+    assert probs.shape == rewards.shape == (3, 2) and torch.allclose(probs.sum(1), torch.ones(3, dtype=probs.dtype))
+    assert rewards[:, 1].eq(1).all() and rewards[:, 0].eq(0).all()
+    logp, mask = nb05_critic.answer_logprobs(policy, tokenizer, few, 0.8)
+    assert mask.sum(1).tolist() == [2, 3, 3]  # digits + EOS
+    # the same number by scoring the answer's tokens one at a time with the twin's own generate-side softmax
+    enc = tokenizer(["17+25="], padding_side="left")
+    ids = enc["input_ids"]
+    manual = 0.0
+    for tok in tokenizer.encode("42", add_bos=False) + [tokenizer.eos_token_id]:
+        with torch.no_grad():
+            logits = policy(ids).logits[0, -1] / 0.8
+        manual += torch.log_softmax(logits, -1)[tok].item()
+        ids = torch.cat([ids, torch.tensor([[tok]])], dim=1)
+    assert probs[1, 1].item() == pytest.approx(math.exp(manual), rel=1e-4)
+    # sampled frequency agrees with the exact value (a prompt the SFT model gets right sometimes)
+    g = torch.Generator().manual_seed(0)
+    enc = tokenizer(["17+25="] * 2000, padding_side="left")
+    completions, _, _, _ = grpo_fixed.generate(policy, tokenizer, enc["input_ids"], enc["attention_mask"], 5, 0.8, g)
+    hits = sum(t == "42" for t in tokenizer.batch_decode(completions, skip_special_tokens=True)) / 2000
+    assert hits == pytest.approx(probs[1, 1].item(), abs=0.05)
+
+
+def test_critic_prompt_values_start_at_zero_and_follow_the_head():
+    task = grpo_fixed.AdditionTask()
+    critic, tokenizer = nb05_critic.make_critic(task), grpo_fixed.CharTokenizer(task.alphabet)
+    assert nb05_critic.critic_prompt_values(critic, tokenizer, ["3+4=", "17+25="]).tolist() == [0.0, 0.0]
+    with torch.no_grad():
+        critic.head.bias.fill_(0.25)
+    assert nb05_critic.critic_prompt_values(critic, tokenizer, ["3+4=", "17+25="]).tolist() == [0.25, 0.25]
 
 
 def test_baseline_experiment_on_deterministic_prompts():

@@ -2,8 +2,9 @@
 baseline, the exact per-prompt values both are measured against, and the notebook's figures.
 
 Everything except the advantage is the twin's (grpo_fixed, or a hybrid passed as `module`): the same
-TinyPolicy, setup_run, rollout/generate, cached old and reference log-probs, clipped surrogate (grpo_loss),
-KL penalty, optimizer_step. Three baselines, chosen by `train_with_baseline(baseline=...)`:
+TinyLM policy from the SFT checkpoint, setup_run, rollout/generate, cached old and reference log-probs,
+clipped surrogate (grpo_loss), KL penalty, optimizer_step.
+Three baselines, chosen by `train_with_baseline(baseline=...)`:
 
   "group"   A_i   = (r_i - mean_j r_j) / (std_j r_j + eps) within the prompt's group of G
             (module.batch_advantages unchanged: with module=grpo_fixed this reproduces grpo_fixed.train's
@@ -13,17 +14,19 @@ KL penalty, optimizer_step. Three baselines, chosen by `train_with_baseline(base
             of the token advantages (no centring, so the baseline is the critic's alone)
   "none"    A_i   = r_i / (std of the batch's rewards + eps)   (REINFORCE, same scale, no baseline)
 
-The critic is a TinyPolicy whose head outputs one number instead of V logits; it is trained with its value
-loss on the same minibatches as the policy, with its own Adam. The code the notebook teaches is in its cells
+The critic is a second TinyLM initialised from the same SFT checkpoint, its tied vocabulary projection
+replaced by a scalar value head on the last hidden state (real PPO for LLMs does the same at full size: a
+value model as large as the policy, initialised from the reward model or the SFT model). It is trained with
+its value loss on the same minibatches as the policy, with its own Adam. The code the notebook teaches is in its cells
 and passed in: the critic's GAE, per-token loss, value loss and explained variance (`CriticFunctions`, to
 train_with_baseline), and the baselines (group mean, leave-one-out, B9's wrong axis, to baseline_experiment).
-Symbols: N = B*G sequences, T = max completion length, V = vocabulary size, K = all completions.
+Symbols: N = B*G sequences, T = max completion length, V = vocabulary size, K = outcomes per prompt
+(for AdditionTask: right or wrong).
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -33,6 +36,7 @@ import torch.nn as nn
 from matplotlib.collections import LineCollection
 
 import grpo_fixed
+from tinylm import CausalLMOutput, CharTokenizer, TinyLM, TinyLMConfig
 from workbook import plots
 
 BASELINES = ("group", "critic", "none")
@@ -42,20 +46,45 @@ BASELINES = ("group", "critic", "none")
 # The critic
 
 
-def make_critic(task, hidden: int = 64) -> grpo_fixed.TinyPolicy:
-    """TinyPolicy body (embedding -> GRU) with a scalar head: tokens (N, L) -> values (N, L, 1)."""
-    critic = grpo_fixed.TinyPolicy(task.vocab_size, hidden)
-    critic.head = nn.Linear(hidden, 1)
-    return critic
+class ValueModel(nn.Module):
+    """A TinyLM body with a scalar head on its last hidden state (the output of the final LayerNorm):
+    input_ids (N, L) + attention mask and positions -> values (N, L, 1), returned in the `logits` field so
+    grpo_fixed.completion_logits aligns them like logits."""
+
+    def __init__(self, body: TinyLM):
+        super().__init__()
+        self.body = body
+        self.head = nn.Linear(body.config.d_model, 1)
+        nn.init.zeros_(self.head.weight)  # V = 0 everywhere at the start
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **_):
+        hidden = {}
+        handle = self.body.ln_f.register_forward_hook(lambda mod, args, out: hidden.update(h=out))
+        try:
+            self.body(input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        finally:
+            handle.remove()
+        return CausalLMOutput(self.head(hidden["h"]), None)  # (N, L, 1)
 
 
-def state_values(critic, prompts, completions):
+def make_critic(task) -> ValueModel:
+    """The value model: the task's SFT TinyLM (a fresh one without a checkpoint) with a zero-initialised
+    scalar head. tokens (N, L) -> values (N, L, 1)."""
+    if task.checkpoint is None:
+        body = TinyLM(TinyLMConfig(CharTokenizer(task.alphabet).vocab_size))
+    else:
+        body = TinyLM.from_pretrained(task.checkpoint)
+    return ValueModel(body)
+
+
+def state_values(critic, prompt_ids, prompt_mask, completions, mask):
     """V_phi(s_t) for every completion position t, s_t = BOS + prompt + completion[:t]. -> (N, T)
 
-    grpo_fixed.completion_logits already returns the output of the position *before* token t,
-    which is exactly the state in which token t is chosen.
+    grpo_fixed.completion_logits already returns the output of the position *before* token t (with the
+    padded batch's attention mask and positions), which is exactly the state in which token t is chosen.
     """
-    return grpo_fixed.completion_logits(critic, prompts, completions).squeeze(-1)  # (N, T)
+    return grpo_fixed.completion_logits(critic, prompt_ids, prompt_mask, completions, mask).squeeze(-1)  # (N, T)
 
 
 def batch_scaled(adv, mask, eps: float = 1e-8):
@@ -95,7 +124,7 @@ def attach_advantages(batch, baseline, critic, cfg, lam, fns: CriticFunctions | 
         return {}
     with torch.no_grad():
         critic.eval()
-        values = state_values(critic, batch["prompts"], batch["completions"])  # (N, T)
+        values = state_values(critic, batch["prompt_ids"], batch["prompt_mask"], batch["completions"], mask)
     adv = fns.gae_advantages(values, rewards, mask, lam)  # (N, T)
     batch["values"] = torch.where(mask, values, 0.0)  # (N, T): V_phi_old(s_t), fixed at rollout time
     batch["returns"] = torch.where(mask, adv + values, 0.0)  # (N, T): lambda-returns, the critic's target
@@ -115,14 +144,15 @@ def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer
     for _ in range(cfg.inner_epochs):
         order = torch.randperm(N, generator=generator)
         for idx in order.chunk(cfg.minibatches):
-            prompts, completions, mask = batch["prompts"][idx], batch["completions"][idx], batch["mask"][idx]
-            logprobs = module.policy_logprobs(policy, prompts, completions, cfg.temperature)  # (n, T)
+            inputs = [batch[k][idx] for k in ("prompt_ids", "prompt_mask", "completions", "mask")]
+            mask = inputs[-1]  # (n, T)
+            logprobs = module.policy_logprobs(policy, *inputs, cfg.temperature)  # (n, T)
             old_logprobs = batch["old_logprobs"][idx]  # (n, T)
             adv = batch["token_advantages"][idx]  # (n, T)
             kl = module.kl_to_reference(logprobs, batch["ref_logprobs"][idx], mask)
             loss = fns.token_grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip) + cfg.beta * kl
             grad_norm = module.optimizer_step(policy, optimizer, loss, cfg.max_grad_norm)
-            v_loss = fns.value_loss(state_values(critic, prompts, completions), batch["returns"][idx], mask)
+            v_loss = fns.value_loss(state_values(critic, *inputs), batch["returns"][idx], mask)
             module.optimizer_step(critic, critic_optimizer, v_loss, cfg.max_grad_norm)
             flat = lambda x: x.reshape(-1, 1)  # noqa: E731  tokens as length-1 rows for the record
             records.append(module.inner_step_record(flat(logprobs), flat(old_logprobs), adv.reshape(-1), flat(mask),
@@ -146,9 +176,9 @@ def train_with_baseline(task=None, *, baseline="group", critic_fns: CriticFuncti
     if baseline == "critic" and critic_fns is None:
         raise ValueError("baseline='critic' needs critic_fns=CriticFunctions(...), the critic's code")
     cfg = module.make_config(**overrides)
-    task = module.EchoTask() if task is None else task
-    policy, ref_policy, optimizer, generator = module.setup_run(task, cfg, seed)
-    critic = make_critic(task, cfg.hidden) if baseline == "critic" else None
+    task = module.AdditionTask() if task is None else task
+    policy, ref_policy, tokenizer, optimizer, generator = module.setup_run(task, cfg, seed)
+    critic = make_critic(task) if baseline == "critic" else None
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr) if critic is not None else None
     if on_setup is not None:
         on_setup({"policy": policy, "reference": ref_policy, "critic": critic})
@@ -157,7 +187,7 @@ def train_with_baseline(task=None, *, baseline="group", critic_fns: CriticFuncti
         if it in snapshot_at:
             snapshots[it] = (copy.deepcopy(policy).eval(), copy.deepcopy(critic).eval() if critic else None)
         start = time.perf_counter()
-        batch, stats = module.rollout(policy, ref_policy, task, cfg, generator)
+        batch, stats = module.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
         stats.update(attach_advantages(batch, baseline, critic, cfg, lam, critic_fns))
         if baseline == "critic":
             records = update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer, batch, cfg,
@@ -206,56 +236,55 @@ def count_passes(task=None, *, baseline="group", critic_fns: CriticFunctions | N
 
 
 # ----------------------------------------------------------------------------------------------
-# Exact per-prompt values by enumerating every completion
+# Exact per-prompt values: one correct completion per prompt
 
 
-def all_completions(task):
-    """Every distinct completion, padded with EOS after the first EOS. -> completions (K, T), mask (K, T)
-
-    K = sum_{l=1..T} (V-1)^(l-1)  [EOS at position l]  +  (V-1)^T  [no EOS, truncated].
-    """
-    T, eos = task.max_completion_length, task.eos_id
-    words = [w for w in range(task.vocab_size) if w != eos]
-    rows, masks = [], []
-    for length in range(1, T + 1):
-        for body in itertools.product(words, repeat=length - 1):
-            rows.append(list(body) + [eos] * (T - length + 1))
-            masks.append([True] * length + [False] * (T - length))
-    for body in itertools.product(words, repeat=T):
-        rows.append(list(body))
-        masks.append([True] * T)
-    return torch.tensor(rows), torch.tensor(masks)
+def all_prompts(task=None):
+    """Every prompt "a+b=" of AdditionTask (a, b in 0..49), a-major. -> list of 2500 strings"""
+    return [f"{a}+{b}=" for a in range(50) for b in range(50)]
 
 
-def all_prompts(task):
-    """Every prompt of a task whose prompt tokens are 1..V-1 (EchoTask, SparseMatchTask). -> (n, P)"""
-    words = range(1, task.vocab_size)
-    return torch.tensor(list(itertools.product(words, repeat=task.prompt_length)))
+def answer(prompt: str) -> str:
+    """The one completion text AdditionTask scores 1: the decimal sum."""
+    return str(sum(int(x) for x in prompt.rstrip("=").split("+")))
 
 
 @torch.no_grad()
-def exact_outcomes(policy, task, prompts, temperature):
-    """Probability and reward of every completion of every prompt under the sampling policy.
-
-    p(o | x) = exp(sum_t mask_t * log pi_T(o_t | x, o_<t)). prompts (n, P) -> probs (n, K), rewards (n, K);
-    the value of prompt x is V(x) = sum_k probs[x, k] * rewards[x, k].
-    """
-    completions, mask = all_completions(task)  # (K, T)
-    n, K = prompts.shape[0], completions.shape[0]
-    x = prompts.repeat_interleave(K, 0)  # (n*K, P)
-    o, m = completions.repeat(n, 1), mask.repeat(n, 1)  # (n*K, T)
+def answer_logprobs(policy, tokenizer, prompts, temperature):
+    """log pi_T(o_t | x, o_<t) of each token of the correct completion (its digits, then EOS) under the sampling
+    distribution softmax(logits / T). -> logprobs (n, T), mask (n, T) with T = the longest answer + 1."""
+    answers = [tokenizer.encode(answer(p), add_bos=False) + [tokenizer.eos_token_id] for p in prompts]
+    T = max(len(a) for a in answers)
+    completions = torch.tensor([a + [tokenizer.pad_token_id] * (T - len(a)) for a in answers])  # (n, T)
+    mask = torch.tensor([[t < len(a) for t in range(T)] for a in answers])  # (n, T)
+    enc = tokenizer(list(prompts), padding_side="left")
     policy.eval()
-    logp = grpo_fixed.policy_logprobs(policy, x, o, temperature)  # (n*K, T)
-    seq_logp = torch.where(m, logp, 0.0).sum(1).view(n, K)  # (n, K)
-    rewards = task.reward(x, o, m).float().view(n, K)  # (n, K)
-    return seq_logp.exp(), rewards
+    logp = grpo_fixed.policy_logprobs(policy, enc["input_ids"], enc["attention_mask"], completions, mask,
+                                      temperature)  # (n, T)
+    return torch.where(mask, logp, 0.0), mask
 
 
 @torch.no_grad()
-def critic_prompt_values(critic, prompts, task):
+def exact_outcomes(policy, tokenizer, prompts, temperature):
+    """AdditionTask's reward is 1 for exactly one completion (the sum's digits, then EOS) and 0 for every
+    other, so the exact value of a prompt is one sequence probability, V(x) = prod_t pi_T(o*_t | x, o*_<t),
+    and its reward distribution is Bernoulli(V(x)). -> probs (n, 2) = [1 - V, V], rewards (n, 2) = [0, 1]
+    (the layout baseline_experiment reads: V(x) = sum_k probs[x, k] * rewards[x, k])."""
+    logp, _ = answer_logprobs(policy, tokenizer, prompts, temperature)  # (n, T)
+    value = logp.sum(1).exp().double()  # (n,)
+    probs = torch.stack([1 - value, value], dim=1)  # (n, 2)
+    return probs, torch.tensor([[0.0, 1.0]], dtype=torch.float64).expand_as(probs)
+
+
+@torch.no_grad()
+def critic_prompt_values(critic, tokenizer, prompts):
     """V_phi(s_0): the critic's value of each prompt before any completion token. (n,)"""
-    dummy = torch.full((prompts.shape[0], 1), task.eos_id)  # (n, 1): only the state before token 0 is used
-    return state_values(critic, prompts, dummy)[:, 0]
+    enc = tokenizer(list(prompts), padding_side="left")
+    n = len(prompts)
+    dummy = torch.full((n, 1), tokenizer.eos_token_id)  # (n, 1): only the state before token 0 is used
+    critic.eval()
+    ones = torch.ones(n, 1, dtype=torch.bool)  # (n, 1)
+    return state_values(critic, enc["input_ids"], enc["attention_mask"], dummy, ones)[:, 0]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,53 +1,61 @@
-"""The toy tasks (EchoTask in the twins, the others in workbook/tasks.py) keep the Task contract, and
-their rewards mean what their docstrings say."""
+"""The toy tasks (AdditionTask in the twins, the others in workbook/tasks.py) keep the Task contract, and
+their rewards mean what their docstrings say (the quoted start figures are re-measured here)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import torch.nn as nn
 
 import grpo_fixed
-from workbook.tasks import TASKS, LengthTask, RambleTask, ReverseTask, SparseMatchTask
+from tinylm import CausalLMOutput, CharTokenizer
+from workbook.tasks import TASKS, EchoTask, LengthTask, RambleTask, ReverseTask, SparseMatchTask
 
 ALL = pytest.mark.parametrize("name", sorted(TASKS))
+TOKENIZER = CharTokenizer(grpo_fixed.AdditionTask.alphabet)
 
 
 class UniformPolicy(nn.Module):
-    """Every token equally likely at every position (temperature 1): the 'random policy' of the docstrings."""
+    """Every non-special token and EOS equally likely (PAD and BOS never): the 'uniform policy' of the
+    docstrings. Same call signature as TinyLM."""
 
-    def __init__(self, vocab_size):
-        super().__init__()
-        self.vocab_size, self.bos_id = vocab_size, vocab_size
-
-    def forward(self, tokens):
-        return torch.zeros(tokens.shape[0], tokens.shape[1], self.vocab_size)
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+        logits = torch.zeros(*input_ids.shape, TOKENIZER.vocab_size)  # (N, L, V)
+        logits[..., [TOKENIZER.pad_token_id, TOKENIZER.bos_token_id]] = -math.inf
+        return CausalLMOutput(logits, None)
 
 
-def random_rollout(task, n, seed=0):
+def rollout(task, policy, n, seed=0, temperature=1.0):
+    """Sample n completions of n prompts. -> prompts, texts, completions (n, T), mask (n, T), rewards (n,)."""
     g = torch.Generator().manual_seed(seed)
     prompts = task.prompts(n, g)
-    completions, mask, _, _ = grpo_fixed.generate(UniformPolicy(task.vocab_size), prompts, task, 1.0, g)
-    return prompts, completions, mask, task.reward(prompts, completions, mask)
+    enc = TOKENIZER(prompts, padding_side="left")
+    completions, mask, _, _ = grpo_fixed.generate(policy, TOKENIZER, enc["input_ids"], enc["attention_mask"],
+                                                  task.max_completion_length, temperature, g)
+    texts = TOKENIZER.batch_decode(completions, skip_special_tokens=True)
+    return prompts, texts, completions, mask, task.reward(prompts, texts)
 
 
-def answer(tokens, width, eos=0):
-    """A completion of `width` positions: tokens, EOS, then EOS padding; mask up to the first EOS. -> (1, W)"""
-    padded = (list(tokens) + [eos] * width)[:width]
-    mask = [True] * min(width, len(tokens) + 1) + [False] * max(0, width - len(tokens) - 1)
-    return torch.tensor([padded]), torch.tensor([mask])
+def start_rollout(task, n=1024):
+    """The task's start policy (seed 0 of setup_run) at the default temperature, as the docstrings measure."""
+    cfg = grpo_fixed.make_config()
+    policy = grpo_fixed.setup_run(task, cfg, 0)[0].eval()
+    return rollout(task, policy, n, seed=0, temperature=cfg.temperature)
 
 
 @ALL
 def test_contract(name):
     task = TASKS[name]()
-    assert 0 <= task.eos_id < task.vocab_size and task.max_completion_length >= 1 and task.prompt_length >= 0
+    assert task.alphabet == grpo_fixed.AdditionTask.alphabet and task.max_completion_length >= 1
+    assert task.checkpoint is None or (task.checkpoint / "model.pt").exists()
     prompts = task.prompts(5, torch.Generator().manual_seed(0))
-    assert prompts.shape == (5, task.prompt_length) and prompts.dtype == torch.long
-    assert ((prompts >= 0) & (prompts < task.vocab_size) & (prompts != task.eos_id)).all()
-    _, completions, mask, reward = random_rollout(task, 64)
+    assert isinstance(prompts, list) and len(prompts) == 5 and all(isinstance(p, str) and p for p in prompts)
+    assert all(set(p) <= set(task.alphabet) for p in prompts)
+    _, texts, completions, mask, reward = rollout(task, UniformPolicy(), 64)
     assert completions.shape == mask.shape == (64, task.max_completion_length)
-    assert reward.shape == (64,) and reward.dtype == torch.float32
+    assert len(texts) == 64 and reward.shape == (64,) and reward.dtype == torch.float32
     assert ((reward >= 0) & (reward <= 1)).all()
 
 
@@ -55,103 +63,129 @@ def test_contract(name):
 def test_prompts_follow_the_generator(name):
     task = TASKS[name]()
     a = task.prompts(8, torch.Generator().manual_seed(1))
-    assert torch.equal(a, task.prompts(8, torch.Generator().manual_seed(1)))
+    assert a == task.prompts(8, torch.Generator().manual_seed(1))
 
 
 @ALL
-def test_reward_ignores_positions_after_the_first_eos(name):
+def test_reward_ignores_tokens_after_the_first_eos(name):
+    """The trainer pads after the first EOS; whatever a sampler left there must not change the text's reward."""
     task = TASKS[name]()
-    prompts, completions, mask, reward = random_rollout(task, 200, seed=2)
-    junk = torch.randint(0, task.vocab_size, completions.shape, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(task.reward(prompts, torch.where(mask, completions, junk), mask), reward)
+    prompts, texts, completions, mask, reward = rollout(task, UniformPolicy(), 200, seed=2)
+    junk = torch.randint(3, TOKENIZER.vocab_size, completions.shape, generator=torch.Generator().manual_seed(3))
+    cut = [TOKENIZER.decode(row[: int(m.sum())], skip_special_tokens=True)
+           for row, m in zip(torch.where(mask, completions, junk), mask, strict=True)]
+    assert cut == texts and torch.equal(task.reward(prompts, cut), reward)
 
 
 def perfect(name, prompt):
-    """The best completion for one prompt (a list of ints)."""
-    return {"echo": prompt, "reverse": prompt[::-1], "sparse": [prompt[0] % 6 + 1] if prompt else [],
-            "length": [1, 2, 3, 1], "ramble": [sum(prompt) % 5 + 1]}[name]
+    """The best completion text for one prompt."""
+    body = prompt.rstrip("=")
+    total = lambda: sum(int(x) for x in body.split("+"))  # noqa: E731
+    return {"addition": lambda: str(total()), "echo": lambda: body, "reverse": lambda: body[::-1],
+            "sparse": lambda: str((int(body) + 1) % 10), "length": lambda: "1234",
+            "ramble": lambda: str(total() % 10)}[name]()
 
 
 @ALL
 def test_perfect_answers_score_one(name):
     task = TASKS[name]()
-    for prompt in task.prompts(10, torch.Generator().manual_seed(4)).tolist():
-        completions, mask = answer(perfect(name, prompt), task.max_completion_length)
-        assert task.reward(torch.tensor([prompt]).reshape(1, -1), completions, mask).item() == 1.0, prompt
+    prompts = task.prompts(10, torch.Generator().manual_seed(4))
+    assert task.reward(prompts, [perfect(name, p) for p in prompts]).tolist() == [1.0] * 10
 
 
-@pytest.mark.parametrize("task, prompt, tokens, expected", [
-    (ReverseTask(), [1, 2, 3], [3, 2, 1], 1.0),
-    (ReverseTask(), [1, 2, 3], [1, 2, 3], 0.5),  # middle token and EOS right
-    (ReverseTask(), [1, 2, 3], [3, 2, 1, 4], 0.75),  # no EOS where it belongs
-    (ReverseTask(), [1, 2, 3], [3], 0.25),  # stopped early: only the first token
-    (SparseMatchTask(), [6], [1], 1.0),  # 6 -> 1 (mod 6, 1-based)
-    (SparseMatchTask(), [2], [3], 1.0),
-    (SparseMatchTask(), [2], [3, 3], 0.0),  # right token, no EOS after it
-    (SparseMatchTask(), [2], [4], 0.0),
-    (SparseMatchTask(), [2], [], 0.0),
-    (LengthTask(), [], [1, 2, 3, 1], 1.0),
-    (LengthTask(), [], [1, 2, 3], 0.8),
-    (LengthTask(), [], [1, 2, 3, 1, 2], 0.8),
-    (LengthTask(), [], [], 0.2),
-    (LengthTask(), [], [1] * 8, 0.0),  # never stopped
-    (RambleTask(), [1, 2], [4], 1.0),  # (1 + 2) mod 5 + 1 = 4, then EOS
-    (RambleTask(), [5, 4], [5], 1.0),  # (5 + 4) mod 5 + 1 = 5
-    (RambleTask(), [1, 2], [4, 1, 3, 3, 2, 5, 1], 1.0),  # anything may follow the answer before the EOS
-    (RambleTask(), [1, 2], [4, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5], 1.0),  # EOS as the 12th token: still in time
-    (RambleTask(), [1, 2], [4] * 12, 0.0),  # right answer, never stopped (truncated)
-    (RambleTask(), [1, 2], [3], 0.0),  # wrong answer
-    (RambleTask(), [1, 2], [], 0.0),  # EOS first: no answer
-], ids=lambda v: type(v).__name__ if not isinstance(v, (list, float)) else None)
-def test_partial_credit(task, prompt, tokens, expected):
-    completions, mask = answer(tokens, task.max_completion_length)
-    prompts = torch.tensor([prompt], dtype=torch.long).reshape(1, task.prompt_length)
-    assert task.reward(prompts, completions, mask).item() == pytest.approx(expected)
+@pytest.mark.parametrize("task, prompt, text, expected", [
+    (EchoTask(), "37=", "37", 1.0),
+    (EchoTask(), "37=", "3", 1 / 3),  # first digit only, stopped early
+    (EchoTask(), "37=", "373", 2 / 3),  # both digits, no EOS after them
+    (EchoTask(), "37=", "", 0.0),
+    (ReverseTask(), "123=", "321", 1.0),
+    (ReverseTask(), "123=", "123", 0.5),  # middle digit and EOS right
+    (ReverseTask(), "123=", "3214", 0.75),  # no EOS where it belongs
+    (ReverseTask(), "123=", "3", 0.25),  # stopped early: only the first digit
+    (SparseMatchTask(), "9=", "0", 1.0),  # 9 -> 0 (mod 10)
+    (SparseMatchTask(), "2=", "3", 1.0),
+    (SparseMatchTask(), "2=", "33", 0.0),  # right digit, no EOS after it
+    (SparseMatchTask(), "2=", "4", 0.0),
+    (SparseMatchTask(), "2=", "", 0.0),
+    (LengthTask(), "=", "1231", 1.0),
+    (LengthTask(), "=", "123", 0.8),
+    (LengthTask(), "=", "12312", 0.8),
+    (LengthTask(), "=", "", 0.2),
+    (LengthTask(), "=", "1" * 8, 0.0),  # never stopped
+    (RambleTask(), "1+2=", "3", 1.0),  # the last digit of 1 + 2, then EOS
+    (RambleTask(), "9+8=", "7", 1.0),  # 17 -> 7
+    (RambleTask(), "1+2=", "3+=9=1", 1.0),  # anything may follow the answer before the EOS
+    (RambleTask(), "1+2=", "3123456", 1.0),  # EOS as the 8th token: still in time
+    (RambleTask(), "1+2=", "3" * 8, 0.0),  # right answer, never stopped (truncated)
+    (RambleTask(), "1+2=", "4", 0.0),  # wrong answer
+    (RambleTask(), "1+2=", "", 0.0),  # EOS first: no answer
+], ids=lambda v: type(v).__name__ if not isinstance(v, (str, float)) else None)
+def test_partial_credit(task, prompt, text, expected):
+    assert task.reward([prompt], [text]).item() == pytest.approx(expected)
 
 
-def test_sparse_random_policy_succeeds_about_one_time_in_49():
-    _, _, _, reward = random_rollout(SparseMatchTask(), 20000, seed=5)
+def test_addition_reward_on_text():
+    task = grpo_fixed.AdditionTask()
+    assert task.reward(["12+30=", "0+0=", "49+49="], ["42", "0", "97"]).tolist() == [1.0, 1.0, 0.0]
+
+
+def test_sparse_uniform_policy_succeeds_about_one_time_in_169():
+    _, _, _, _, reward = rollout(SparseMatchTask(), UniformPolicy(), 20000, seed=5)
     assert set(reward.unique().tolist()) <= {0.0, 1.0}
-    p, n = 1 / 49, 20000  # right token (1/7), then EOS (1/7)
+    p, n = 1 / 169, 20000  # right digit (1/13), then EOS (1/13)
     assert abs(reward.mean().item() - p) <= 5 * (p * (1 - p) / n) ** 0.5
 
 
-@pytest.mark.parametrize("name", ["echo", "reverse"])
-def test_random_policy_scores_low(name):
-    _, _, _, reward = random_rollout(TASKS[name](), 5000, seed=6)
-    assert 0.05 < reward.mean().item() < 0.25
-
-
-def test_ramble_random_policy_scores_its_documented_rate():
-    _, _, mask, reward = random_rollout(RambleTask(), 20000, seed=7)
-    p, n = (1 / 6) * (1 - (5 / 6) ** 11), 20000  # right answer (1/6), then an EOS within the next 11 tokens
-    assert abs(reward.mean().item() - p) <= 5 * (p * (1 - p) / n) ** 0.5
-
-
-def ramble_random_lengths():
-    """Exact mean lengths (EOS included) of right and of wrong RambleTask completions under a uniform
-    random policy over V = 6 tokens, T = 12: the first token is EOS (length 1, wrong), the answer (1/6),
-    or another token (4/6); after it each position is EOS with probability 1/6, until position 12."""
-    q = 5 / 6
-    ended = {length: q ** (length - 2) / 6 for length in range(2, 13)}  # EOS at `length`, after a non-EOS first
-    truncated = q**11  # no EOS in positions 2..12: length 12, wrong
-    right_mass = sum(ended.values()) / 6
+def ramble_uniform():
+    """Exact figures of RambleTask under the uniform policy over 13 tokens (12 characters and EOS), T = 8: the
+    first token is EOS (length 1, wrong), the answer (1/13) or another character (11/13); after it each position
+    is EOS with probability 1/13, until position 8. -> reward, truncated fraction, mean length right, wrong."""
+    q, T = 12 / 13, RambleTask.max_completion_length
+    ended = {length: q ** (length - 2) / 13 for length in range(2, T + 1)}  # EOS at `length`, after a character
+    truncated = q ** (T - 1)  # no EOS in positions 2..T: length T, wrong
+    right_mass = sum(ended.values()) / 13
     right_mean = sum(length * p for length, p in ended.items()) / sum(ended.values())
-    any_length = sum(length * p for length, p in ended.items()) + 12 * truncated  # mean length after a non-EOS
-    wrong_mass = 1 / 6 + 4 / 6 + truncated / 6
-    wrong_mean = (1 * 1 / 6 + any_length * 4 / 6 + 12 * truncated / 6) / wrong_mass
+    any_length = sum(length * p for length, p in ended.items()) + T * truncated  # mean length after a character
+    wrong_mass = 1 / 13 + 11 / 13 + truncated / 13
+    wrong_mean = (1 / 13 + any_length * 11 / 13 + T * truncated / 13) / wrong_mass
     assert abs(right_mass + wrong_mass - 1) < 1e-12
-    return right_mean, wrong_mean
+    return right_mass, q * truncated, right_mean, wrong_mean
 
 
-def test_ramble_lengths_of_a_random_policy_match_the_docstring():
-    right_mean, wrong_mean = ramble_random_lengths()
-    assert (round(right_mean, 2), round(wrong_mean, 2)) == (5.29, 5.33)  # the numbers in the docstring
-    _, completions, mask, reward = random_rollout(RambleTask(), 20000, seed=8)
+def test_ramble_uniform_figures_match_the_docstring():
+    reward, truncated, right_mean, wrong_mean = ramble_uniform()
+    assert (round(reward, 3), round(100 * truncated), round(right_mean, 2), round(wrong_mean, 2)) == \
+        (0.033, 53, 4.68, 6.20)  # the numbers in the docstring
+    _, _, completions, mask, rewards = rollout(RambleTask(), UniformPolicy(), 20000, seed=7)
+    n = rewards.numel()
+    assert abs(rewards.mean().item() - reward) <= 5 * (reward * (1 - reward) / n) ** 0.5
     length = mask.sum(dim=1).float()
-    for sample, exact in ((length[reward == 0], wrong_mean), (length[reward == 1], right_mean)):
+    for sample, exact in ((length[rewards == 0], wrong_mean), (length[rewards == 1], right_mean)):
         assert abs(sample.mean().item() - exact) <= 5 * sample.std().item() / sample.numel() ** 0.5
-    truncated = ~(completions == RambleTask.eos_id).any(dim=1)  # reached the limit without an EOS
-    p = (5 / 6) ** 12
-    assert abs(truncated.float().mean().item() - p) <= 5 * (p * (1 - p) / 20000) ** 0.5
-    assert (reward[truncated] == 0).all() and (length[truncated] == RambleTask.max_completion_length).all()
+    cut = ~(completions == TOKENIZER.eos_token_id).any(dim=1)  # reached the limit without an EOS
+    assert abs(cut.float().mean().item() - truncated) <= 5 * (truncated * (1 - truncated) / n) ** 0.5
+    assert (rewards[cut] == 0).all() and (length[cut] == RambleTask.max_completion_length).all()
+
+
+def test_ramble_start_policy_figures_match_the_docstring():
+    _, _, completions, mask, reward = start_rollout(RambleTask())
+    length = mask.sum(dim=1).float()
+    cut = ~(completions == TOKENIZER.eos_token_id).any(dim=1)
+    got = (round(reward.mean().item(), 2), round(100 * cut.float().mean().item()), round(length.mean().item(), 2),
+           round(length[reward == 1].mean().item(), 2), round(length[reward == 0].mean().item(), 2))
+    assert got == (0.05, 61, 6.56, 6.71, 6.55)  # the numbers in the docstring
+    special = (completions == TOKENIZER.pad_token_id) | (completions == TOKENIZER.bos_token_id)
+    assert (reward[cut] == 1).any() and (special & mask)[cut & (reward == 1)].any(dim=1).all()  # the PAD/BOS caveat
+
+
+@pytest.mark.parametrize("name, quoted", [("addition", None), ("echo", 0.14), ("reverse", 0.09),
+                                          ("sparse", 0.007), ("length", 0.47), ("ramble", 0.05)])
+def test_start_rewards_match_the_docstrings(name, quoted):
+    task = TASKS[name]()
+    reward = start_rollout(task)[-1].mean().item()
+    if quoted is None:  # the SFT checkpoint: about 0.30 (grpo_fixed, README)
+        assert 0.25 < reward < 0.35
+    else:
+        assert round(reward, 3 if quoted < 0.01 else 2) == quoted
+        doc = " ".join(type(task).__doc__.split())
+        assert f"start reward {quoted}" in doc or f"reward {quoted}," in doc

@@ -1,111 +1,163 @@
-"""More toy tasks written to the Task contract of grpo_fixed (see EchoTask there).
+"""More toy tasks written to the Task contract of grpo_fixed (see the AdditionTask docstring there).
 
-Contract: attributes vocab_size, eos_id, prompt_length, max_completion_length;
-prompts(n, generator) -> LongTensor (n, prompt_length);
-reward(prompts, completions, mask) -> FloatTensor (n,) in [0, 1], where completions (n, T) are
-padded after the first EOS and mask marks generated tokens up to and including that EOS.
+Contract: attributes alphabet (the characters of prompts and answers), max_completion_length (tokens, EOS
+included), checkpoint (the SFT folder the policy and the reference start from; None: a fresh seeded TinyLM);
+prompts(n, generator) -> list of n strings; reward(prompts, completions) -> FloatTensor (n,) in [0, 1], where
+completions are the decoded texts (special tokens skipped: the text ends where the EOS was generated).
+
+Every task here uses the addition alphabet "0123456789+=" (vocabulary 15 with PAD, BOS and EOS), so each can
+also start from the addition SFT checkpoint. All but "addition" start from a fresh TinyLM (checkpoint None):
+its logits are near zero, so it samples almost uniformly over the 15 tokens, and a completion's length
+varies, which the length-based tasks need. A fresh model also samples PAD and BOS (about 2/15 of its tokens);
+they decode to nothing, so the text is what the tokens spell. What the text shows about the EOS: a text of
+max_completion_length characters never stopped (every token was a character); a shorter one stopped or
+drew a PAD or BOS (rare once the policy learns; the SFT model practically never draws them).
+
+Measured start rewards (seed 0's initial policy, 1024 prompts, temperature 0.8) are in each docstring and
+re-measured by tests/test_tasks.py.
 """
 
 from __future__ import annotations
 
 import torch
 
-from grpo_fixed import EchoTask
+from grpo_fixed import AdditionTask
+
+ALPHABET = AdditionTask.alphabet
+"""the characters of every task here: "0123456789+=" """
 
 
-def _answer(completions, mask, width):
-    """The first `width` generated tokens, -1 where nothing was generated. (n, width)"""
-    got = torch.where(mask.bool(), completions, -1)
-    pad = max(0, width - got.shape[1])
-    return torch.nn.functional.pad(got, (0, pad), value=-1)[:, :width]
+def _digits(n, count, generator):
+    """n strings of `count` random digits each."""
+    table = torch.randint(0, 10, (n, count), generator=generator).tolist()
+    return ["".join(str(d) for d in row) for row in table]
+
+
+def _stopped(text, limit):
+    """The completion ended before its limit: a text that used every position never generated an EOS."""
+    return len(text) < limit
+
+
+class EchoTask:
+    """Repeat the prompt's two digits, then EOS: "37=" -> "37".
+    Reward: fraction of the 3 target positions right (first digit, second digit, EOS right after them):
+    (text[0] == d0) + (text[1] == d1) + (len(text) == 2), over 3; multiples of 1/3 (dense).
+    Fresh TinyLM (checkpoint None); start reward 0.14."""
+
+    alphabet = ALPHABET
+    max_completion_length = 3
+    checkpoint = None
+
+    def prompts(self, n, generator=None):
+        return [f"{d}=" for d in _digits(n, 2, generator)]
+
+    def reward(self, prompts, completions):
+        return torch.tensor([_positions_right(p.rstrip("="), c) for p, c in zip(prompts, completions, strict=True)])
+
+
+def _positions_right(target, text):
+    """Fraction of the len(target) + 1 positions of `target` then EOS that `text` gets right."""
+    right = sum(i < len(text) and text[i] == ch for i, ch in enumerate(target)) + (len(text) == len(target))
+    return right / (len(target) + 1)
 
 
 class ReverseTask:
-    """Say the prompt backwards, then EOS: needs conditioning on every prompt token.
-    Reward: fraction of the P + 1 target positions matched (dense). Uniform random policy: about 0.13."""
+    """Say the prompt's three digits backwards, then EOS: "123=" -> "321"; needs every prompt token.
+    Reward: fraction of the 4 target positions right (3 digits, then the EOS right after them), dense.
+    A prompt-blind policy scores at most (3 * 1/10 + 1) / 4 = 0.325 in expectation (each digit right one time
+    in ten, the EOS always). Fresh TinyLM (checkpoint None); start reward 0.09."""
 
-    vocab_size = 6
-    eos_id = 0
-    prompt_length = 3
+    alphabet = ALPHABET
     max_completion_length = 5
+    checkpoint = None
 
     def prompts(self, n, generator=None):
-        return torch.randint(1, self.vocab_size, (n, self.prompt_length), generator=generator)
+        return [f"{d}=" for d in _digits(n, 3, generator)]
 
-    def reward(self, prompts, completions, mask):
-        eos = torch.full_like(prompts[:, :1], self.eos_id)
-        target = torch.cat([prompts.flip(1), eos], dim=1)  # (n, P+1)
-        return (_answer(completions, mask, target.shape[1]) == target).float().mean(dim=1)
+    def reward(self, prompts, completions):
+        return torch.tensor([_positions_right(p.rstrip("=")[::-1], c)
+                             for p, c in zip(prompts, completions, strict=True)])
 
 
 class SparseMatchTask:
-    """Binary reward: 1 only if the completion is exactly [prompt token + 1 (mod), EOS].
-    A random policy succeeds about 1 time in 50, so most early groups have zero reward variance."""
+    """Binary reward: 1 only if the completion is exactly the next digit, then EOS: "4=" -> "5", "9=" -> "0".
+    A policy uniform over the 13 non-special tokens succeeds 1 time in 169 (right digit 1/13, then EOS 1/13),
+    so most early groups of G = 8 have zero reward variance. Fresh TinyLM (checkpoint None); start reward
+    0.007."""
 
-    vocab_size = 7
-    eos_id = 0
-    prompt_length = 1
+    alphabet = ALPHABET
     max_completion_length = 3
+    checkpoint = None
 
     def prompts(self, n, generator=None):
-        return torch.randint(1, self.vocab_size, (n, 1), generator=generator)
+        return [f"{d}=" for d in _digits(n, 1, generator)]
 
-    def reward(self, prompts, completions, mask):
-        wanted = prompts[:, 0] % (self.vocab_size - 1) + 1  # 1..6 -> 2..6, 1
-        target = torch.stack([wanted, torch.full_like(wanted, self.eos_id)], dim=1)  # (n, 2)
-        exact = (_answer(completions, mask, 3) == torch.nn.functional.pad(target, (0, 1), value=-1)).all(dim=1)
-        return exact.float()
+    def answer(self, prompt):
+        """The wanted text: the digit after the prompt's digit, mod 10."""
+        return str((int(prompt[0]) + 1) % 10)
+
+    def reward(self, prompts, completions):
+        return torch.tensor([float(c == self.answer(p)) for p, c in zip(prompts, completions, strict=True)])
 
 
 class LengthTask:
-    """No prompt at all (prompt_length 0): emit exactly 4 tokens, none of them EOS, then EOS.
-    Reward: 1 - |length - 5| / 5 over lengths counted with the EOS. Tests EOS timing alone."""
+    """The prompt is just "=" (nothing to condition on): emit exactly 4 characters, then EOS.
+    Reward: 1 - |length - 5| / 5 (clamped at 0), length counted in tokens with the EOS (len(text) + 1), and 0
+    when the completion used all max_completion_length = 8 positions without an EOS. Tests EOS timing alone.
+    Fresh TinyLM (checkpoint None); start reward 0.47."""
 
-    vocab_size = 4
-    eos_id = 0
-    prompt_length = 0
+    alphabet = ALPHABET
     max_completion_length = 8
+    checkpoint = None
 
     def prompts(self, n, generator=None):
-        return torch.zeros(n, 0, dtype=torch.long)
+        return ["="] * n
 
-    def reward(self, prompts, completions, mask):
-        ended = ((completions == self.eos_id) & mask.bool()).any(dim=1)
-        length = mask.float().sum(dim=1)  # (n,) includes the EOS when there is one
-        score = (1 - (length - 5).abs() / 5).clamp(min=0)
-        return torch.where(ended, score, torch.zeros_like(score))
+    def reward(self, prompts, completions):
+        def score(text):
+            return max(0.0, 1 - abs(len(text) + 1 - 5) / 5) if _stopped(text, self.max_completion_length) else 0.0
+
+        return torch.tensor([score(c) for c in completions])
 
 
 class RambleTask:
     """Answer first, then stop before the limit; what comes in between is free.
 
-    Prompt: two tokens a, b in 1..5. The answer is the first generated token and must be (a + b) mod 5 + 1;
-    any tokens may follow, but the completion must end with EOS within max_completion_length = 12 tokens.
-    Reward: 1 if the answer is right and the completion ended, else 0 (binary). Length is not scored
-    except at the limit: every completion that reaches it without an EOS is wrong ((5/6)^12, about 11% of a
-    uniform random policy's), so the longest completions are all wrong. On average a uniform random
-    policy's right and wrong completions start at about the same length (5.29 and 5.33 tokens, EOS
-    included); the per-sequence loss mean of notebook 06 §1 makes the wrong ones longer. A uniform random
-    policy scores 1/6 * (1 - (5/6)^11), about 0.14. Notebook 06 §1, §4 and §7 train on it.
+    Prompt "a+b=" with a, b digits 0..9. The answer is the first character of the completion and must be the
+    last digit of a + b; any characters may follow, but the completion must end with EOS within
+    max_completion_length = 8 tokens. Reward: 1 if the answer is right and the completion ended, else 0
+    (binary). Length is not scored except at the limit: every completion that uses all 8 positions without an
+    EOS is wrong, so the longest completions are all wrong.
+
+    A policy uniform over the 13 non-special tokens (12 characters and EOS; exact figures, ramble_uniform in
+    tests/test_tasks.py): reward 1/13 * (1 - (12/13)^7) = 0.033; (12/13)^8 = 53 % of its completions reach
+    the limit, all wrong, so its wrong completions are longer on average than its right ones (6.20 against
+    4.68 tokens, EOS included). The fresh TinyLM the task starts from (checkpoint None; seed 0, temperature
+    0.8, 1024 prompts): reward 0.05, 61 % of the completions use all 8 tokens without an EOS, mean length
+    6.56 tokens; right and wrong completions have about the same mean length there (6.71 and 6.55) because
+    the fresh model also draws PAD and BOS (decoded to nothing), so some completions that ran to the limit
+    read as shorter texts and count as stopped (the text cannot show the difference).
+    The per-sequence loss mean of notebook 06 §1 makes the wrong completions longer. Notebook 06 §1, §4 and
+    §7 train on it.
     """
 
-    vocab_size = 6
-    eos_id = 0
-    prompt_length = 2
-    max_completion_length = 12
+    alphabet = ALPHABET
+    max_completion_length = 8
+    checkpoint = None
 
     def prompts(self, n, generator=None):
-        return torch.randint(1, self.vocab_size, (n, self.prompt_length), generator=generator)
+        a, b = torch.randint(0, 10, (2, n), generator=generator).tolist()
+        return [f"{x}+{y}=" for x, y in zip(a, b, strict=True)]
 
-    def answer(self, prompts):
-        """The right first token for each prompt: (a + b) mod 5 + 1. (n,)"""
-        return prompts.sum(dim=1) % (self.vocab_size - 1) + 1
+    def answer(self, prompt):
+        """The right first character: the last digit of a + b."""
+        a, b = prompt.rstrip("=").split("+")
+        return str((int(a) + int(b)) % 10)
 
-    def reward(self, prompts, completions, mask):
-        ended = ((completions == self.eos_id) & mask.bool()).any(dim=1)  # (n,) an EOS was generated
-        right = _answer(completions, mask, 1)[:, 0] == self.answer(prompts)  # (n,)
-        return (right & ended).float()
+    def reward(self, prompts, completions):
+        return torch.tensor([float(c[:1] == self.answer(p) and _stopped(c, self.max_completion_length))
+                             for p, c in zip(prompts, completions, strict=True)])
 
 
-TASKS = {"echo": EchoTask, "reverse": ReverseTask, "sparse": SparseMatchTask, "length": LengthTask,
-         "ramble": RambleTask}
+TASKS = {"addition": AdditionTask, "echo": EchoTask, "reverse": ReverseTask, "sparse": SparseMatchTask,
+         "length": LengthTask, "ramble": RambleTask}

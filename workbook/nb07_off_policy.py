@@ -1,5 +1,6 @@
 """Machinery for notebook 07 (off-policy in practice): a lower-precision sampler, stale-rollout and
-sampler-mismatch runners (cached), exact expected gradients on EchoTask by enumeration, and the figures.
+sampler-mismatch runners (cached), exact expected gradients on AdditionTask by enumerating every completion of
+at most EXACT_TOKENS tokens the sampler can return for a few prompts, and the figures.
 
 The code the notebook teaches (the truncated-IS weight and loss, the effective sample size) stays in the
 notebook and is passed in; nothing here decides how a weight is computed. Every runner is a
@@ -51,7 +52,8 @@ STATS = {
 """the statistics notebook 07 adds to each iteration's stats, in the shape of grpo_support.STATS rows"""
 
 SHORT = dict(steps=30, prompts_per_batch=8)
-"""every training run of notebook 07: 30 iterations of 8 prompts x 8 samples, other settings default"""
+"""every training run of notebook 07: 30 iterations of 8 prompts x 8 samples from the SFT checkpoint, other
+settings default"""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -65,21 +67,24 @@ def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class RoundedLogits:
-    """Wraps a policy for sampling only: tokens (N, L) -> logits (N, L, V) rounded to `dtype`."""
+    """Wraps a policy for sampling only: the same call (input_ids, attention_mask, position_ids, key-value
+    cache) -> the policy's CausalLMOutput with its logits (N, L, V) rounded to `dtype`."""
 
     def __init__(self, policy, dtype: torch.dtype):
-        self.policy, self.dtype, self.bos_id = policy, dtype, policy.bos_id
+        self.policy, self.dtype = policy, dtype
 
-    def __call__(self, tokens):
-        return round_to(self.policy(tokens), self.dtype)  # (N, L, V)
+    def __call__(self, input_ids, **kwargs):
+        out = self.policy(input_ids, **kwargs)
+        return out._replace(logits=round_to(out.logits, self.dtype))  # logits (N, L, V), cache unchanged
 
 
 def rounded_generate(dtype: torch.dtype):
     """A `generate` for swap.fixed_with: the twins' generate, sampling from logits rounded to `dtype`.
     Its sampler_logprobs are the rounded distribution's, as an inference engine would return them."""
 
-    def generate(policy, prompts, task, temperature, generator=None):
-        return grpo_fixed.generate(RoundedLogits(policy, dtype), prompts, task, temperature, generator)
+    def generate(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator=None):
+        return grpo_fixed.generate(RoundedLogits(policy, dtype), tokenizer, prompt_ids, prompt_mask, max_new_tokens,
+                                   temperature, generator)
 
     return generate
 
@@ -103,8 +108,8 @@ def update_policy_with(pg_loss):
             for _ in range(cfg.inner_epochs):
                 for idx in torch.randperm(batch["rewards"].shape[0], generator=generator).chunk(cfg.minibatches):
                     mask = batch["mask"][idx]  # (n, T)
-                    logprobs = m.policy_logprobs(policy, batch["prompts"][idx], batch["completions"][idx],
-                                                 cfg.temperature)  # (n, T)
+                    logprobs = m.policy_logprobs(policy, batch["prompt_ids"][idx], batch["prompt_mask"][idx],
+                                                 batch["completions"][idx], mask, cfg.temperature)  # (n, T)
                     old_logprobs = batch["old_logprobs"][idx]  # (n, T)
                     adv = batch["advantages"][idx]  # (n,)
                     pg = pg_loss(logprobs, old_logprobs, batch["sampler_logprobs"][idx], adv, mask, cfg.clip)  # changed
@@ -156,8 +161,8 @@ def run_mismatch(precision: str, tis=None, cap: float = math.inf, seed: int = 0)
     def recording(m):
         base = m.rollout  # the copy's own rollout, which the recording one calls
 
-        def rollout(policy, ref_policy, task, cfg, generator):
-            batch, stats = base(policy, ref_policy, task, cfg, generator)
+        def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
+            batch, stats = base(policy, ref_policy, tokenizer, task, cfg, generator)
             out["log_w"].append(log_weights(batch))
             out["policy"] = policy  # trained in place: after train() it is the final policy
             return batch, stats
@@ -176,16 +181,20 @@ def stale_rollout(k: int, anchor: str, fixed_rollout, fixed_policy_logprobs, fix
     Snapshots of the policy are kept in a queue of length k + 1; early on, the oldest one available is
     used. anchor: "behaviour" keeps old_logprobs = log pi_behaviour (what the sampler returned);
     "current" and "current + TIS" recompute old_logprobs under the current policy before the update,
-    and sampler_logprobs stay pi_behaviour's. log w_t (current vs behaviour) is appended to log_w."""
+    and sampler_logprobs stay pi_behaviour's. log w_t (current vs behaviour) is appended to log_w, and
+    stats["current_reward"] is the current policy's reward (current_reward), not the batch's."""
     snapshots = collections.deque(maxlen=k + 1)
 
     @torch.no_grad()
-    def rollout(policy, ref_policy, task, cfg, generator):
+    def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
         snapshots.append(copy.deepcopy(policy).eval())
         behaviour = snapshots[0]  # (k updates old once the queue is full)
-        batch, stats = fixed_rollout(behaviour, ref_policy, task, cfg, generator)
-        current = fixed_policy_logprobs(policy, batch["prompts"], batch["completions"], cfg.temperature)  # (N, T)
+        batch, stats = fixed_rollout(behaviour, ref_policy, tokenizer, task, cfg, generator)
+        policy.eval()
+        current = fixed_policy_logprobs(policy, batch["prompt_ids"], batch["prompt_mask"], batch["completions"],
+                                        batch["mask"], cfg.temperature)  # (N, T)
         log_w.append((current - batch["sampler_logprobs"])[batch["mask"]])
+        stats["current_reward"] = current_reward(policy, tokenizer, task, batch, cfg, len(log_w))
         if anchor != "behaviour":
             batch["old_logprobs"] = current
             stats.update(fixed_rollout_stats(batch, cfg.group_size))
@@ -194,10 +203,26 @@ def stale_rollout(k: int, anchor: str, fixed_rollout, fixed_policy_logprobs, fix
     return rollout
 
 
+@torch.no_grad()
+def current_reward(policy, tokenizer, task, batch, cfg, iteration: int) -> float:
+    """Mean reward of the current policy on the batch's prompts (G samples each), sampled with a generator of
+    its own (seeded by the iteration), so the training run's random stream is untouched."""
+    generator = torch.Generator().manual_seed(10_000 + iteration)
+    completions, *_ = grpo_fixed.generate(policy, tokenizer, batch["prompt_ids"], batch["prompt_mask"],
+                                          task.max_completion_length, cfg.temperature, generator)
+    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    return task.reward(batch["prompts"], texts).mean().item()
+
+
 @functools.cache
 def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 0):
     """train() with rollouts sampled by the policy k iterations old, the clip anchored per `anchor`
-    (ANCHORS); "current + TIS" needs the notebook's tis loss. -> dict(history, log_w)."""
+    (ANCHORS); "current + TIS" needs the notebook's tis loss. -> dict(history, log_w, current_reward).
+
+    history[i]["reward"] is the reward of the batch, i.e. of the behaviour policy that sampled it (k updates
+    old); current_reward[i] is the mean reward of the current policy (the one being trained) at iteration i,
+    on a separate batch of the same prompts sampled by it with its own generator stream (the training
+    stream is not touched)."""
     if anchor not in ANCHORS:
         raise ValueError(f"anchor must be one of {ANCHORS}, got {anchor!r}")
     if (anchor == "current + TIS") != (tis is not None):
@@ -206,24 +231,39 @@ def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 
     stale = lambda m: stale_rollout(k, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, out["log_w"])  # noqa: E731
     m = fixed_with(f"stale_{k}", wrap={"update_policy": update_policy_with(_tis_term(tis, cap)), "rollout": stale})
     out["history"] = m.train(seed=seed, **SHORT)
+    out["current_reward"] = [s["current_reward"] for s in out["history"]]
     return out
 
 
 # ----------------------------------------------------------------------------------------------
-# Exact expected gradients on EchoTask: every completion enumerated, no sampling noise
+# Exact expected gradients on AdditionTask: every completion enumerated, no sampling noise
+
+EXACT_TOKENS = 3
+"""completion length the exact gradients enumerate (EOS included): the longest answer, 98, needs 3 tokens.
+All 5 tokens of the task would mean (V-1)^4 = 38,416 distinct 4-token prefixes to score per prompt; 3 tokens
+need 1 + 14 + 196 = 211."""
 
 
-def completion_tree(task):
-    """Every distinct completion the twins' generate can return for `task` (a first EOS at position t,
-    then EOS padding; or no EOS at all), and the prefixes y_<t they condition on.
+def completion_count(vocab_size: int, max_completion_length: int) -> int:
+    """Distinct completions generate can return: a first EOS after l = 0 .. T-1 other tokens (any of V - 1),
+    or T tokens without EOS: sum_{l<T} (V-1)^l + (V-1)^T."""
+    words = vocab_size - 1
+    return sum(words**length for length in range(max_completion_length)) + words**max_completion_length
 
-    -> dict(completions (S, T), mask (S, T) as generate builds it, prefixes: list over length l of
-    (n_l, l) tensors of EOS-free prefixes, node (S, T): index of y_<t in the concatenated prefixes)."""
-    T, eos = task.max_completion_length, task.eos_id
-    words = [w for w in range(task.vocab_size) if w != eos]
+
+def completion_tree(tokenizer, max_completion_length: int):
+    """Every distinct completion the twins' generate can return (a first EOS at position t, then PAD; or no
+    EOS at all), and the prefixes y_<t they condition on. generate samples from the whole vocabulary, so a
+    non-final token is any of the V - 1 ids other than EOS (PAD and BOS included, however unlikely).
+
+    -> dict(completions (S, T), mask (S, T) as generate builds it, texts: the S decoded completions as
+    rollout decodes them, prefixes: list over length l of (n_l, l) tensors of EOS-free prefixes, node (S, T):
+    index of y_<t in the concatenated prefixes). S = sum_{l<T} (V-1)^l + (V-1)^T."""
+    T, eos, pad = max_completion_length, tokenizer.eos_token_id, tokenizer.pad_token_id
+    words = [w for w in range(tokenizer.vocab_size) if w != eos]
     rows = []
-    for length in range(1, T + 1):  # the first EOS at position length - 1
-        rows += [list(p) + [eos] * (T - length + 1) for p in itertools.product(words, repeat=length - 1)]
+    for length in range(1, T + 1):  # the first EOS at position length - 1, PAD after it
+        rows += [list(p) + [eos] + [pad] * (T - length) for p in itertools.product(words, repeat=length - 1)]
     rows += [list(p) for p in itertools.product(words, repeat=T)]  # never stopped
     completions = torch.tensor(rows)  # (S, T)
     is_eos = (completions == eos).long()
@@ -232,27 +272,36 @@ def completion_tree(task):
     index = {p: i for i, p in enumerate(itertools.chain(*prefixes))}
     node = torch.tensor([[index.get(tuple(row[:t]), 0) for t in range(T)] for row in rows])  # (S, T); 0 if masked
     prefixes = [torch.tensor(p, dtype=torch.long).view(len(p), length) for length, p in enumerate(prefixes)]
-    return dict(completions=completions, mask=mask, prefixes=prefixes, node=node)
+    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    return dict(completions=completions, mask=mask, texts=texts, prefixes=prefixes, node=node)
 
 
-def tree_logprobs(logits_fn, prompts, tree, temperature):
+def tree_logprobs(logits_fn, tokenizer, prompts: list[str], tree, temperature):
     """log pi(y_t | x, y_<t) for every prompt x and enumerated completion y, zero at masked positions.
-    One forward per prefix length over the distinct prefixes only. prompts (X, P) -> (X, S, T)"""
-    X = prompts.shape[0]
-    node_logits = []
-    for prefix in tree["prefixes"]:  # (n_l, l)
-        n = prefix.shape[0]
-        bos = torch.full((X * n, 1), logits_fn.bos_id, dtype=torch.long)
-        tokens = torch.cat([bos, prompts.repeat_interleave(n, 0), prefix.repeat(X, 1)], dim=1)  # (X*n, 1+P+l)
-        node_logits.append(logits_fn(tokens)[:, -1].view(X, n, -1))  # (X, n_l, V)
-    logp_nodes = torch.log_softmax(torch.cat(node_logits, dim=1) / temperature, -1)  # (X, n_nodes, V)
-    completions, node = tree["completions"], tree["node"]  # (S, T)
-    logp = logp_nodes[:, node, completions]  # (X, S, T)
+    One forward per prompt and prefix length over the distinct prefixes only (one prompt per forward: no
+    padding). logits_fn: a TinyLM or RoundedLogits. prompts: X strings -> (X, S, T)"""
+    per_prompt = []
+    for prompt in prompts:
+        prompt_ids = tokenizer([prompt])["input_ids"]  # (1, P), BOS first
+        node_logits = []
+        for prefix in tree["prefixes"]:  # (n_l, l)
+            tokens = torch.cat([prompt_ids.expand(prefix.shape[0], -1), prefix], dim=1)  # (n_l, P + l)
+            node_logits.append(logits_fn(tokens).logits[:, -1])  # (n_l, V)
+        per_prompt.append(torch.cat(node_logits))  # (n_nodes, V)
+    logp_nodes = torch.log_softmax(torch.stack(per_prompt) / temperature, -1)  # (X, n_nodes, V)
+    logp = logp_nodes[:, tree["node"], tree["completions"]]  # (X, S, T)
     return torch.where(tree["mask"], logp, 0.0)
 
 
-def exact_gradients(policy, task, dtype, temperature, weightings: dict):
-    """Expected policy gradients over every completion of every prompt, exactly (no sampling):
+def tree_rewards(task, prompts: list[str], tree) -> torch.Tensor:
+    """task.reward of every (prompt, enumerated completion) pair, on the decoded text. -> (X, S)"""
+    S = len(tree["texts"])
+    return torch.stack([task.reward([prompt] * S, tree["texts"]) for prompt in prompts])  # (X, S)
+
+
+def exact_gradients(policy, task, tokenizer, prompts: list[str], dtype, temperature, weightings: dict,
+                    max_new_tokens: int = EXACT_TOKENS):
+    """Expected policy gradients over every completion of each prompt in `prompts`, exactly (no sampling):
 
       true     grad J,  J = mean_x sum_y pi(y|x) r(x, y)
       <name>   mean_x sum_y q(y|x) (r - b_q(x)) sum_t W_t grad log pi(y_t | x, y_<t),
@@ -262,16 +311,15 @@ def exact_gradients(policy, task, dtype, temperature, weightings: dict):
     from q estimates. W = 1 is the uncorrected update; the notebook passes its truncated IS weights.
     Every estimator is linear in log pi, so each is one backward pass with coefficients
     c = q(y) (r - b_q) W_t; the true gradient uses the same identity with c = pi(y) (r - E_pi[r]).
+    The completions are those of generate with max_new_tokens (default EXACT_TOKENS), every one of them.
     Returns dict name -> flat gradient over the policy's parameters (float64)."""
-    tree = completion_tree(task)
-    completions, mask = tree["completions"], tree["mask"]  # (S, T)
-    words = [w for w in range(task.vocab_size) if w != task.eos_id]
-    prompts = torch.tensor(list(itertools.product(words, repeat=task.prompt_length)))  # (X, P)
-    X, S = prompts.shape[0], completions.shape[0]
-    rewards = task.reward(prompts.repeat_interleave(S, 0), completions.repeat(X, 1), mask.repeat(X, 1)).view(X, S)
-    logp = tree_logprobs(policy, prompts, tree, temperature)  # (X, S, T), with grad
+    tree = completion_tree(tokenizer, max_new_tokens)
+    mask = tree["mask"]  # (S, T)
+    X = len(prompts)
+    rewards = tree_rewards(task, prompts, tree)  # (X, S)
+    logp = tree_logprobs(policy, tokenizer, prompts, tree, temperature)  # (X, S, T), with grad
     with torch.no_grad():
-        logq = tree_logprobs(RoundedLogits(policy, dtype), prompts, tree, temperature)  # (X, S, T)
+        logq = tree_logprobs(RoundedLogits(policy, dtype), tokenizer, prompts, tree, temperature)  # (X, S, T)
         p_seq, q_seq = logp.sum(2).exp(), logq.sum(2).exp()  # (X, S)
         coefficients = {"true": (p_seq * (rewards - (p_seq * rewards).sum(1, keepdim=True)))[..., None]}
         adv_q = (q_seq * (rewards - (q_seq * rewards).sum(1, keepdim=True)))[..., None]  # (X, S, 1)
@@ -290,7 +338,9 @@ def sampler_batch(policy, precision: str, seed: int = 0, prompts_per_batch: int 
     PRECISIONS[precision]; old_logprobs are the float32 trainer's. -> (batch, stats)"""
     m = fixed_with(f"sampler_{precision}", generate=rounded_generate(PRECISIONS[precision]))
     cfg = m.make_config(prompts_per_batch=prompts_per_batch)
-    return m.rollout(policy, policy, m.EchoTask(), cfg, torch.Generator().manual_seed(seed))
+    task = m.AdditionTask()
+    tokenizer = grpo_fixed.CharTokenizer(task.alphabet)
+    return m.rollout(policy, policy, tokenizer, task, cfg, torch.Generator().manual_seed(seed))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1023,8 +1023,11 @@ assert above / len(norms) > 0.8 and nb04_stabilisers.quantile(norms, 0.5) > 2 * 
 # percentile, so ordinary steps pass untouched), then watch the **clip rate**, the fraction of steps
 # whose pre-clip norm exceeds c. On healthy data it is what the percentile promises (about 1% for the
 # 99th); a clip rate that rises means spikes (or a norm distribution that drifted: re-check it); a clip
-# rate near 1 means the cap is no longer a guard but a different optimiser (every step has length c, a
-# learning-rate change). Here the healthy stretch is the same unnormalised run without glitches
+# rate near 1 means the cap is no longer a guard but a different optimiser: every gradient is rescaled to
+# norm c. Under SGD that is literally a learning rate (every step has length lr·c); under Adam, which
+# divides each parameter's gradient by its own running RMS, a rescale of every step mostly cancels, and
+# what is left is that all steps weigh the same in Adam's moment averages.
+# Here the healthy stretch is the same unnormalised run without glitches
 # (notebook 04 §3.1, s = 1):
 
 # %%
@@ -1185,7 +1188,7 @@ assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... t
 # >   numerics). A cap below the typical norm (c = 1 on this toy: 90% of steps) is a rescale, not a guard.
 # > - Pick c from the pre-clip norm distribution of a healthy stretch (a high percentile) and log the
 # >   clip rate: a rate far above what the percentile promises is an alarm; a rate near 1 means c has
-# >   become a learning rate.
+# >   become a learning rate under SGD (under Adam the rescale mostly cancels: no longer a guard either way).
 # > - Under Adam a spike's harm is a long stall (inflated second moment), not one giant step.
 # > - Log the **pre-clip** norm (as `optimizer_step` returns): the post-clip norm is always ≤ c and
 # >   hides the spikes.
@@ -1193,7 +1196,8 @@ assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... t
 # <details><summary>Question: in the glitch runs, c = 0.1 did as well as the cap picked from the healthy
 # distribution (0.383 vs 0.372). Should you cap at a tenth of the median norm? (Answer)</summary>
 #
-# No. Its clip rate is 100%: every step is rescaled to length c, so c acts as a learning rate, and what
+# No. Its clip rate is 100%: every gradient is rescaled to norm c (a learning rate under SGD; under Adam
+# mostly cancelled, so all it does is weigh every batch the same), and what
 # it "fixed" is a reward that is broken on a third of the batches. The clip rate of the sensible cap
 # (37.5%, the glitch batches and 2 more steps) is the signal to go and fix the reward or restore the
 # normalisation (reward 0.430), not to lower c.
@@ -1229,7 +1233,7 @@ assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... t
 # <td>gradient clipping c (notebook 04 §4)</td>
 # <td>gradient spikes, and under Adam the long stall after one (0.0495 vs 0.4900 travelled in the toy)</td>
 # <td>also shortens legitimate large steps; c is read off the pre-clip norms and judged by its clip rate
-# (a rate near 1 turns it into a learning rate)</td>
+# (a rate near 1 turns it into a learning rate under SGD; under Adam mostly cancelled)</td>
 # </tr>
 # </table>
 #

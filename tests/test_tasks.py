@@ -83,7 +83,7 @@ def perfect(name, prompt):
     total = lambda: sum(int(x) for x in body.split("+"))  # noqa: E731
     return {"addition": lambda: str(total()), "echo": lambda: body, "reverse": lambda: body[::-1],
             "sparse": lambda: str((int(body) + 1) % 10), "length": lambda: "1234",
-            "ramble": lambda: str(total() % 10)}[name]()
+            "ramble": lambda: body}[name]()
 
 
 @ALL
@@ -112,13 +112,13 @@ def test_perfect_answers_score_one(name):
     (LengthTask(), "=", "12312", 0.8),
     (LengthTask(), "=", "", 0.2),
     (LengthTask(), "=", "1" * 8, 0.0),  # never stopped
-    (RambleTask(), "1+2=", "3", 1.0),  # the last digit of 1 + 2, then EOS
-    (RambleTask(), "9+8=", "7", 1.0),  # 17 -> 7
-    (RambleTask(), "1+2=", "3+=9=1", 1.0),  # anything may follow the answer before the EOS
-    (RambleTask(), "1+2=", "3123456", 1.0),  # EOS as the 8th token: still in time
-    (RambleTask(), "1+2=", "3" * 8, 0.0),  # right answer, never stopped (truncated)
-    (RambleTask(), "1+2=", "4", 0.0),  # wrong answer
-    (RambleTask(), "1+2=", "", 0.0),  # EOS first: no answer
+    (RambleTask(), "3=", "3", 1.0),  # the prompt's digit, then EOS
+    (RambleTask(), "0=", "0", 1.0),
+    (RambleTask(), "3=", "3+=9=1", 1.0),  # anything may follow the answer before the EOS
+    (RambleTask(), "3=", "3123456", 1.0),  # EOS as the 8th token: still in time
+    (RambleTask(), "3=", "3" * 8, 0.0),  # right answer, never stopped (truncated)
+    (RambleTask(), "3=", "4", 0.0),  # wrong answer
+    (RambleTask(), "3=", "", 0.0),  # EOS first: no answer
 ], ids=lambda v: type(v).__name__ if not isinstance(v, (str, float)) else None)
 def test_partial_credit(task, prompt, text, expected):
     assert task.reward([prompt], [text]).item() == pytest.approx(expected)
@@ -173,13 +173,13 @@ def test_ramble_start_policy_figures_match_the_docstring():
     cut = ~(completions == TOKENIZER.eos_token_id).any(dim=1)
     got = (round(reward.mean().item(), 2), round(100 * cut.float().mean().item()), round(length.mean().item(), 2),
            round(length[reward == 1].mean().item(), 2), round(length[reward == 0].mean().item(), 2))
-    assert got == (0.05, 61, 6.56, 6.71, 6.55)  # the numbers in the docstring
+    assert got == (0.06, 60, 6.45, 7.08, 6.41)  # the numbers in the docstring
     special = (completions == TOKENIZER.pad_token_id) | (completions == TOKENIZER.bos_token_id)
     assert (reward[cut] == 1).any() and (special & mask)[cut & (reward == 1)].any(dim=1).all()  # the PAD/BOS caveat
 
 
-@pytest.mark.parametrize("name, quoted", [("addition", None), ("echo", 0.14), ("reverse", 0.09),
-                                          ("sparse", 0.007), ("length", 0.47), ("ramble", 0.05)])
+@pytest.mark.parametrize("name, quoted", [("addition", None), ("echo", 0.27), ("reverse", 0.04),
+                                          ("sparse", 0.007), ("length", 0.47), ("ramble", 0.06)])
 def test_start_rewards_match_the_docstrings(name, quoted):
     task = TASKS[name]()
     reward = start_rollout(task)[-1].mean().item()

@@ -6,7 +6,8 @@ prompts(n, generator) -> list of n strings; reward(prompts, completions) -> Floa
 completions are the decoded texts (special tokens skipped: the text ends where the EOS was generated).
 
 Every task here uses the addition alphabet "0123456789+=" (vocabulary 15 with PAD, BOS and EOS), so each can
-also start from the addition SFT checkpoint. All but "addition" start from a fresh TinyLM (checkpoint None):
+also start from the addition SFT checkpoint. Echo and reverse do (it gives them the better learning curve);
+sparse, length and ramble start from a fresh TinyLM (checkpoint None):
 its logits are near zero, so it samples almost uniformly over the 15 tokens, and a completion's length
 varies, which the length-based tasks need. A fresh model also samples PAD and BOS (about 2/15 of its tokens);
 they decode to nothing, so the text is what the tokens spell. What the text shows about the EOS: a text of
@@ -42,11 +43,12 @@ class EchoTask:
     """Repeat the prompt's two digits, then EOS: "37=" -> "37".
     Reward: fraction of the 3 target positions right (first digit, second digit, EOS right after them):
     (text[0] == d0) + (text[1] == d1) + (len(text) == 2), over 3; multiples of 1/3 (dense).
-    Fresh TinyLM (checkpoint None); start reward 0.14."""
+    Starts from the addition SFT checkpoint (it reads digits and answers in digits then EOS; from a fresh
+    TinyLM the default run learns about half as far); start reward 0.27."""
 
     alphabet = ALPHABET
     max_completion_length = 3
-    checkpoint = None
+    checkpoint = AdditionTask.checkpoint
 
     def prompts(self, n, generator=None):
         return [f"{d}=" for d in _digits(n, 2, generator)]
@@ -65,11 +67,12 @@ class ReverseTask:
     """Say the prompt's three digits backwards, then EOS: "123=" -> "321"; needs every prompt token.
     Reward: fraction of the 4 target positions right (3 digits, then the EOS right after them), dense.
     A prompt-blind policy scores at most (3 * 1/10 + 1) / 4 = 0.325 in expectation (each digit right one time
-    in ten, the EOS always). Fresh TinyLM (checkpoint None); start reward 0.09."""
+    in ten, the EOS always). Starts from the addition SFT checkpoint (a fresh TinyLM stays below that bound in
+    the default run); start reward 0.04."""
 
     alphabet = ALPHABET
     max_completion_length = 5
-    checkpoint = None
+    checkpoint = AdditionTask.checkpoint
 
     def prompts(self, n, generator=None):
         return [f"{d}=" for d in _digits(n, 3, generator)]
@@ -123,22 +126,22 @@ class LengthTask:
 class RambleTask:
     """Answer first, then stop before the limit; what comes in between is free.
 
-    Prompt "a+b=" with a, b digits 0..9. The answer is the first character of the completion and must be the
-    last digit of a + b; any characters may follow, but the completion must end with EOS within
+    Prompt "d=" with d a digit. The answer is the first character of the completion and must be d (a harder
+    answer, such as the last digit of a + b, is barely learned from a fresh TinyLM in 70 iterations); any
+    characters may follow, but the completion must end with EOS within
     max_completion_length = 8 tokens. Reward: 1 if the answer is right and the completion ended, else 0
-    (binary). Length is not scored except at the limit: every completion that uses all 8 positions without an
-    EOS is wrong, so the longest completions are all wrong.
+    (binary). Length is not scored except at the limit: every completion whose text fills all 8 positions (no
+    EOS) is wrong, so the longest completions are all wrong.
 
     A policy uniform over the 13 non-special tokens (12 characters and EOS; exact figures, ramble_uniform in
     tests/test_tasks.py): reward 1/13 * (1 - (12/13)^7) = 0.033; (12/13)^8 = 53 % of its completions reach
     the limit, all wrong, so its wrong completions are longer on average than its right ones (6.20 against
     4.68 tokens, EOS included). The fresh TinyLM the task starts from (checkpoint None; seed 0, temperature
-    0.8, 1024 prompts): reward 0.05, 61 % of the completions use all 8 tokens without an EOS, mean length
-    6.56 tokens; right and wrong completions have about the same mean length there (6.71 and 6.55) because
-    the fresh model also draws PAD and BOS (decoded to nothing), so some completions that ran to the limit
-    read as shorter texts and count as stopped (the text cannot show the difference).
-    The per-sequence loss mean of notebook 06 §1 makes the wrong completions longer. Notebook 06 §1, §4 and
-    §7 train on it.
+    0.8, 1024 prompts): reward 0.06, 60 % of the completions use all 8 tokens without an EOS, mean length
+    6.45 tokens; there the right completions are even a little longer than the wrong ones (7.08 against 6.41
+    tokens) because the fresh model also draws PAD and BOS (decoded to nothing), so some completions that ran
+    to the limit read as shorter texts and count as stopped (the text cannot show the difference).
+    Notebook 06 §1, §4 and §7 train on it (§1: what the per-sequence loss mean does to the lengths).
     """
 
     alphabet = ALPHABET
@@ -146,13 +149,11 @@ class RambleTask:
     checkpoint = None
 
     def prompts(self, n, generator=None):
-        a, b = torch.randint(0, 10, (2, n), generator=generator).tolist()
-        return [f"{x}+{y}=" for x, y in zip(a, b, strict=True)]
+        return [f"{d}=" for d in _digits(n, 1, generator)]
 
     def answer(self, prompt):
-        """The right first character: the last digit of a + b."""
-        a, b = prompt.rstrip("=").split("+")
-        return str((int(a) + int(b)) % 10)
+        """The right first character: the prompt's digit."""
+        return prompt[0]
 
     def reward(self, prompts, completions):
         return torch.tensor([float(c[:1] == self.answer(p) and _stopped(c, self.max_completion_length))

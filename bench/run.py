@@ -132,7 +132,7 @@ def verdict(timing: dict) -> list[str]:
 def cli_table(results: dict) -> list[str]:
     load = next(iter(results.values())).get("loadavg", [float("nan")] * 2)
     lines = [f"CLI wall time, median of runs; load avg {load[0]:.1f} -> {load[1]:.1f}",
-             f"{'CLI run (--json, default 80 iterations)':40s} {'wall median s':>14s} {'train s':>8s} {'runs':>24s} "
+             f"{'CLI run (--json, default 70 iterations)':40s} {'wall median s':>14s} {'train s':>8s} {'runs':>24s} "
              f"{'budget':>7s}  final_reward"]
     for script, r in results.items():
         runs = " ".join(f"{s:.1f}" for s in r["wall_s"])

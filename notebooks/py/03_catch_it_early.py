@@ -42,6 +42,7 @@ from IPython.display import Markdown, display
 import grpo_buggy
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
+from tinylm import CharTokenizer, TinyLM
 from workbook.catalog import BUGS, hybrid
 from workbook.monitor import (
     CHECK_INFO,
@@ -64,7 +65,7 @@ from workbook.widgets import live_plot, set_value, slider
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log their own health warnings: the monitor reports
 started, started_cpu = time.perf_counter(), time.process_time()
 
-RUN = dict(steps=30, prompts_per_batch=6)  # the two twins: B = 6 prompts x G = 8 samples (why 6: notebook 03 §6)
+RUN = dict(steps=20, prompts_per_batch=6)  # the two twins: B = 6 prompts x G = 8 samples (why 6: notebook 03 §6)
 SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
 
 # %% [markdown]
@@ -91,6 +92,16 @@ SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
 
 # %%
 display(Markdown(check_table("iteration")))
+
+# %% [markdown]
+# **Where the numbers of the ranges come from.** The invariant checks need no calibration (0, or float32
+# rounding: `1e-4` is far above the fixed twin's `logprob_gap` of a few $10^{-6}$, the rounding between the
+# KV-cache sampler and the full training forward). The range checks were calibrated on the fixed twin's
+# default run (AdditionTask from its SFT checkpoint, 70 iterations of 16 prompts x 8 samples, one torch
+# thread), seeds 0, 1 and 2: per seed the **median** and **max** of the clip fractions, the **95th
+# percentile** of `kl`, the **max** of `grad_norm` and the **min/max** of `ratio_last_mean`; each `hi` sits a
+# margin above the worst of the three seeds. The `why` column quotes those runs (and real-LM figures);
+# notebook 03 §7 re-measures part of seed 0's run here.
 
 # %% [markdown]
 # And the preflight probes: `grpo_fixed.preflight(module)` calls the module's own building blocks on
@@ -296,26 +307,39 @@ print(f"caught: {caught}/{len(table)}")
 print(f"first flagged by preflight    : {' '.join(by_preflight)}")
 print(f"first flagged at iteration 0+ : {' '.join(by_iteration)}")
 print(f"no training statistic fires   : {' '.join(no_stat)}")
-b1, b2 = hybrid_monitors["B1"].history[0], hybrid_monitors["B2"].history[0]
-print(f"B2 at iteration 0: zero_var_groups = {b2['zero_var_groups']:.3f}, adv_nonfinite = {b2['adv_nonfinite']}")
-print(f"B1 at iteration 0: clip_frac_pos = {b1['clip_frac_pos']:.3f}, clip_frac_neg = {b1['clip_frac_neg']:.3f}")
+first_it = {b: (mon.first_iteration_failure() or (None,))[0] for b, mon in hybrid_monitors.items()}
+print("first iteration a per-iteration check flags:", ", ".join(f"{b} {it}" for b, it in first_it.items()))
+b1, b2 = hybrid_monitors["B1"].history[0], hybrid_monitors["B2"].history
+print("B2 zero_var_groups per iteration:", " ".join(f"{s['zero_var_groups']:.3f}" for s in b2))
+print(f"B1 at iteration 0: clip_frac_neg = {b1['clip_frac_neg']:.3f}, grad_norm = {b1['grad_norm']:.0f}, "
+      f"logprob_gap = {b1['logprob_gap']:.1e}")
+b8_grad = [s["grad_norm"] for s in hybrid_monitors["B8"].history]
+print("B8 grad_norm per iteration:", " ".join(f"{g:.1f}" for g in b8_grad))
 assert caught == len(table) and by_iteration == ["B3", "B6", "B9", "B10"]
-assert all(row[-1] in ("preflight", "iteration 0") for row in table)  # every bug flagged by iteration 0
-assert no_stat == ["B4", "B5", "B7", "B8", "B11"] and abs(b2["zero_var_groups"] - 1 / 6) < 1e-6
-assert hybrid_monitors["B1"].first_iteration_failure() == (0, ["clip fraction moderate"])
-assert hybrid_monitors["B1"].history[0]["logprob_gap"] == 0  # B1 is invisible to logprob_gap
+assert all(first_it[b] == 0 for b in by_iteration)  # every wiring bug flagged at iteration 0
+assert no_stat == ["B4", "B5", "B7", "B11"]
+assert first_it["B2"] == 2 and [s["zero_var_groups"] > 0 for s in b2][:3] == [False, False, True]
+assert hybrid_monitors["B1"].first_iteration_failure() == (0, ["clip fraction moderate", "grad norm bounded"])
+assert b1["logprob_gap"] <= STATS["logprob_gap"].hi  # B1 is invisible to logprob_gap
+assert first_it["B8"] == 3 and b8_grad[3] > STATS["grad_norm"].hi > max(b8_grad[:3])
 
 # %% [markdown]
-# Every bug is flagged before or at iteration 0, and the two halves split cleanly:
+# Every bug is flagged before or at iteration 0 (the preflight or a statistic), and the two halves split cleanly.
+# The failure map of the table, per bug, the first iteration a per-iteration check flags (printed above):
+# B1, B3, B6, B9 and B10 at iteration 0, B2 at iteration 2, B8 at iteration 3, B4, B5, B7 and B11 never
+# within 6 iterations.
 #
 # * **Bugs in a building block with a closed-form answer** (sampler, advantage of a constant group,
 #   loss gradient at $\rho = 1$, all-masked loss, log-prob of a large logit, KL estimator, gradient
-#   clipping) are caught by the preflight. B4, B5, B7, B8 and B11 trip no training statistic at all
-#   within 6 iterations. B2 does, but only because one of the six groups happened to be constant at
-#   iteration 0 (`zero_var_groups` = 1/6). B1 trips `clip fraction moderate`: a symptom, not a diagnosis.
-#   B1 is the instructive one: `generate` records $\log\mathrm{softmax}(z)$ of the token it drew, not
-#   the probability the buggy sampler actually used, so `logprob_gap` cannot see it (it is exactly 0
-#   under B1). A statistic only catches what it measures.
+#   clipping) are caught by the preflight. B4, B5, B7 and B11 trip no training statistic at all
+#   within 6 iterations. B2 does only once a group is constant: the SFT model's groups all carry signal
+#   at iterations 0 and 1, and the first constant group (`zero_var_groups` 1/6) comes at iteration 2.
+#   B8 trips `grad norm bounded` at iteration 3, once the reversed KL term has pushed the policy far from
+#   the reference: a symptom, late. B1 trips `clip fraction moderate` and `grad norm bounded` at iteration
+#   0: a symptom, not a diagnosis. B1 is the instructive one: `generate` records
+#   $\log\mathrm{softmax}(z)$ of the token it drew, not the probability the buggy sampler actually used, so
+#   `logprob_gap` cannot see it (within its rounding range under B1, printed). A statistic only catches what
+#   it measures.
 # * **Bugs in how the pieces are wired** (old log-probs recomputed, a shifted or untempered training
 #   log-prob, groups reshaped along the wrong axis) pass every probe: each piece is correct on its own.
 #   Only statistics of a real batch see them, and they do at iteration 0.
@@ -362,15 +386,20 @@ sparse_b2.watch(hybrid("B2"), SparseMatchTask(), steps=3, prompts_per_batch=6, p
 print("B2 on SparseMatchTask:", sparse_b2.first_iteration_failure())
 sparse_fixed = HealthMonitor()
 sparse_fixed.watch(grpo_fixed, SparseMatchTask(), steps=3, prompts_per_batch=6, preflight=False)
-print("fixed on SparseMatchTask:", sparse_fixed.first_iteration_failure())
+print("fixed on SparseMatchTask, first flags:", sparse_fixed.first_flags())
 print("zero_var_groups per iteration:", " ".join(f"{s['zero_var_groups']:.2f}" for s in sparse_fixed.history))
+print("clip_frac_pos per iteration:  ", " ".join(f"{s['clip_frac_pos']:.2f}" for s in sparse_fixed.history))
 print(f"groups carry signal: zero_var_groups {render_range('zero_var_groups')}")
 assert sparse_b2.first_iteration_failure()[0] == 0 and "advantages finite" in sparse_b2.first_iteration_failure()[1]
-assert sparse_fixed.first_iteration_failure() == (0, ["groups carry signal"])
+assert sparse_fixed.first_flags() == [("clip fraction moderate", 0), ("groups carry signal", 2)]
 
 # %% [markdown]
-# The fixed twin trips `groups carry signal` on the same task: not a bug, but a run that is starved of
-# signal (every member of a constant group gets $A = 0$). That is the kind of warning a range check is for.
+# The fixed twin trips `groups carry signal` on the same task at iteration 2: not a bug, but a run that is
+# starved of signal (every member of a constant group gets $A = 0$). That is the kind of warning a range check
+# is for. It also trips `clip fraction moderate` at iteration 0, and that is a range meeting a regime it was
+# not calibrated on: the ranges come from the SFT model on AdditionTask (notebook 03 §1), while here a fresh
+# TinyLM has only one or two groups with any signal, so the clip fraction is a fraction of a handful of tokens
+# that a single large step moves. A range check is only as general as the runs it was calibrated on.
 #
 # ### 6.3 Checks that guard against things outside the catalog
 #
@@ -389,10 +418,62 @@ lr_mon.watch(grpo_fixed, steps=2, prompts_per_batch=6, lr=0.05, preflight=False)
 lr_first = lr_mon.history[0]
 print(f"fixed, lr=0.05:     {lr_mon.first_iteration_failure()} "
       f"clip fractions +{lr_first['clip_frac_pos']:.3f} -{lr_first['clip_frac_neg']:.3f}")
-assert dropout_mon.first_iteration_failure() == (0, ["ratio == 1 at the first inner step"])
-assert lr_mon.first_iteration_failure() == (0, ["clip fraction moderate"])
+assert "ratio == 1 at the first inner step" in dropout_mon.first_iteration_failure()[1]
+assert dropout_mon.first_iteration_failure()[0] == 0
+assert lr_mon.first_iteration_failure()[0] == 0 and "clip fraction moderate" in lr_mon.first_iteration_failure()[1]
 
 # %% [markdown]
+# ### 6.4 Padding side: when right padding is safe for completion log-probs
+#
+# Not a check but a trap next to them. The twins left-pad the prompts, append the completions, and read the
+# logits of every completion token from one slice, `logits[:, -T - 1 : -1]`, with position ids from the
+# attention mask. A causal LM's output at a position depends only on the tokens at and before it, so padding
+# is harmless wherever **every scored token and every logit that scores one comes before the padding**:
+# right padding of *packed* rows (prompt + completion concatenated per row first, then padded at the end,
+# each row's completion read at its own offsets) is safe. Right padding of the *prompts* before appending
+# the completions is not: it puts pads between a short prompt and its completion, so the shared slice reads
+# the first completion token's logit off a PAD position (and generation from right-padded prompts would
+# sample after the pads). Two prompts of different lengths through the SFT model, log-probs of the
+# completions "19" and "7" (then EOS) three ways:
+
+# %%
+pad_task = grpo_fixed.AdditionTask()
+pad_model = TinyLM.from_pretrained(pad_task.checkpoint).eval()
+pad_tok = CharTokenizer(pad_task.alphabet)
+pad_prompts, pad_answers = ["12+7=", "3+4="], ["19", "7"]
+answer_rows = [pad_tok.encode(a, add_bos=False) + [pad_tok.eos_token_id] for a in pad_answers]
+T_pad = max(map(len, answer_rows))
+completion = torch.full((2, T_pad), pad_tok.pad_token_id)  # (N, T) right-padded after EOS, as generate() leaves it
+completion_mask = torch.zeros(2, T_pad, dtype=torch.bool)  # (N, T)
+for i, row in enumerate(answer_rows):
+    completion[i, : len(row)], completion_mask[i, : len(row)] = torch.tensor(row), True
+with torch.no_grad():
+    by_side = {}
+    for side in ("left", "right"):  # the prompts padded on that side, then the twins' shared slice
+        enc = pad_tok(pad_prompts, padding_side=side)
+        by_side[side] = grpo_fixed.policy_logprobs(pad_model, enc["input_ids"], enc["attention_mask"], completion,
+                                                   completion_mask, 1.0)  # (N, T)
+    packed = pad_tok([p + a for p, a in zip(pad_prompts, pad_answers, strict=True)], padding_side="right")
+    packed_logp = torch.log_softmax(pad_model(packed["input_ids"], attention_mask=packed["attention_mask"]).logits, -1)
+    by_side["packed, right"] = torch.zeros(2, T_pad)  # (N, T): each row read at its own offsets
+    for i, (prompt, row) in enumerate(zip(pad_prompts, answer_rows, strict=True)):
+        start = len(pad_tok.encode(prompt))  # the first completion token's column in the packed row
+        ids = torch.tensor(row)  # (n,) the completion, EOS included (packed rows end before it: score it here)
+        scores = packed_logp[i, start - 1 : start - 1 + len(row)]  # (n, V): column l scores token l + 1
+        by_side["packed, right"][i, : len(row)] = scores.gather(-1, ids[:, None]).squeeze(-1)
+for name, logp in by_side.items():
+    print(f"{name:14s} " + "   ".join(" ".join(f"{v:+.4f}" for v in logp[i, completion_mask[i]]) for i in range(2)))
+pad_err = {k: (v - by_side["left"])[completion_mask].abs().max().item() for k, v in by_side.items()}
+print("max |difference from left padding|:", ", ".join(f"{k} {v:.1e}" for k, v in pad_err.items()))
+assert pad_err["packed, right"] < 1e-5 and pad_err["right"] > 0.01  # packed: same numbers; pads in between: off
+assert torch.equal(by_side["right"][0], by_side["left"][0])  # the longest prompt has no padding either way
+
+# %% [markdown]
+# Left padding and packed right padding agree; right-padded prompts give the longer prompt the same numbers
+# (it has no pad) and the shorter one a wrong log-prob for its first completion token (read off a pad). The
+# later tokens come out right here only because the attention mask hides the pad and the position ids come
+# from the mask; with default position ids they would be shifted too.
+#
 # ## 7. The fixed twin stays quiet
 #
 # Same run length and batch as the buggy twin. `grpo_fixed.train` also runs `check_health` itself and
@@ -411,34 +492,39 @@ assert mon_fixed.quiet and not any(s["health"] for s in hist_fixed) and final_fi
 # ### 7.1 Two ranges that sounded right and were wrong
 #
 # An earlier version of the statistics table gave `ratio_last_maxdev` an upper bound of 1 and `kl` an
-# upper bound of $\log V$. The fixed twin's own default run (80 iterations of 16 prompts) broke both, so
-# both bounds were removed from `STATS`. The current ranges, and that run under the monitor:
+# upper bound of $\log V$. The fixed twin's default run broke the first, so both bounds were removed from
+# `STATS`. The current ranges, and the first 20 iterations of the default run (seed 0: the calibration run of
+# notebook 03 §1, cut short to keep this notebook fast) under the monitor:
 
 # %%
-V = grpo_fixed.EchoTask.vocab_size
+V = CharTokenizer(grpo_fixed.AdditionTask.alphabet).vocab_size
 mon_default = HealthMonitor()
-hist_default = mon_default.watch(grpo_fixed)  # every Config default
+hist_default = mon_default.watch(grpo_fixed, steps=20)  # every other Config default
 maxdev = [s["ratio_last_maxdev"] for s in hist_default]
 kl_run = [s["kl"] for s in hist_default]
 worst = max(range(len(maxdev)), key=maxdev.__getitem__)  # the iteration with the largest max |ratio - 1|
-off_mean = [s["iteration"] for s in hist_default if not grpo_fixed.in_range(s, "ratio_last_mean")]
-clip_max = max(max(s["clip_frac_pos"], s["clip_frac_neg"]) for s in hist_default)
+clip_pos, clip_neg = (torch.tensor([s[k] for s in hist_default]) for k in ("clip_frac_pos", "clip_frac_neg"))
+clip_max = max(clip_pos.max(), clip_neg.max()).item()
 above_log_v = sum(k > math.log(V) for k in kl_run)
+mean_range = [f(s["ratio_last_mean"] for s in hist_default) for f in (min, max)]
 print(f"ranges now: ratio_last_maxdev {render_range('ratio_last_maxdev')}, kl {render_range('kl')}")
 print(f"default run: {len(hist_default)} iterations, {sum(map(len, mon_default.failures))} check failures, "
-      f"{len(mon_default.preflight_failures)} probe failures, final reward {hist_default[-1]['reward']:.3f}")
-print(f"ratio_last_maxdev: max {maxdev[worst]:.1f} (iteration {worst}), above 1 in {sum(d > 1 for d in maxdev)} "
-      f"iterations;  clip fractions at most {clip_max:.3f} ({render_range('clip_frac_pos')})")
-print(f"ratio_last_mean (logged, not checked, {render_range('ratio_last_mean')}): outside in iterations {off_mean}, "
-      f"{hist_default[worst]['ratio_last_mean']:.3f} at iteration {worst}")
-print(f"kl: max {max(kl_run):.2f}, above log V = {math.log(V):.3f} in {above_log_v} iterations")
-assert mon_default.quiet and not any(mon_default.failures)  # zero failures over the whole default run
-assert sum(d > 1 for d in maxdev) >= 5 and above_log_v >= 5  # the old bounds would fire
-assert off_mean == [] and maxdev[worst] > 10  # one token far out drags the mean, still inside its wide range
-assert abs(hist_default[worst]["ratio_last_mean"] - 1) > 0.1  # ... by more than a tenth
+      f"{len(mon_default.preflight_failures)} probe failures")
+print(f"ratio_last_maxdev: max {maxdev[worst]:.2f} (iteration {worst}), above 1 in {sum(d > 1 for d in maxdev)} "
+      f"iterations;  ratio_last_mean in [{mean_range[0]:.3f}, {mean_range[1]:.3f}] ({render_range('ratio_last_mean')})")
+print(f"clip fractions: median A>0 {clip_pos.median():.3f}, A<0 {clip_neg.median():.3f}, max {clip_max:.3f} "
+      f"({render_range('clip_frac_pos')});  grad_norm max {max(s['grad_norm'] for s in hist_default):.1f} "
+      f"({render_range('grad_norm')})")
+print(f"kl: max {max(kl_run):.3f}, 95th percentile {torch.tensor(kl_run).quantile(0.95):.3f}; "
+      f"above log V = {math.log(V):.3f} in {above_log_v} iterations")
+assert mon_default.quiet and not any(mon_default.failures)  # zero failures over the run
+assert sum(d > 1 for d in maxdev) >= 1 and maxdev[worst] > 1.1  # the old bound on the max would fire
+assert above_log_v == 0 and clip_max < STATS["clip_frac_pos"].hi  # ... the old KL bound would not, here
 
 # %% [markdown]
-# Zero failures over the run, while the old bounds would have fired in many iterations. Why each was wrong:
+# Zero failures over the run, while the old bound on `ratio_last_maxdev` would have fired (printed: the
+# iterations above 1). The old KL bound happens not to fire on this run (the SFT start keeps the KL to its
+# own copy small), but it is wrong all the same. Why each was wrong:
 #
 # * **Clipping does not bound the ratio.** The clipped surrogate only removes the gradient that would push
 #   a token further past $1 \pm c$ the way its advantage favours (`Config.clip`); nothing pulls it back,
@@ -447,8 +533,8 @@ assert abs(hist_default[worst]["ratio_last_mean"] - 1) > 0.1  # ... by more than
 #   after a gradient has gone to 0. `ratio_last_maxdev` is a **max** over all tokens of a minibatch, so
 #   one such token sets it. The trust region shows in the clip fractions (how many tokens went past
 #   $1 \pm c$ on the favoured side), not in the max. Even the mean ratio moves with it: in the iteration
-#   with the largest max (printed), that one token pulls the minibatch's `ratio_last_mean` more than a tenth
-#   away from 1, which is why its `STATS` range is wide, and why no check reads it.
+#   with the largest max (printed), one token far out moves the minibatch's `ratio_last_mean` only a little
+#   (its range over the run is printed), which is why no check reads the max and the mean is logged instead.
 # * **$\mathrm{KL}(\pi \,\|\, \pi_{\text{ref}}) \le \log V$ holds only for a uniform reference**:
 #   $\mathrm{KL}(\pi \,\|\, u) = \log V - H(\pi)$. In general
 #   $\mathrm{KL}(\pi \,\|\, \pi_{\text{ref}}) \le -\log \min_v \pi_{\text{ref}}(v)$, which exceeds $\log V$
@@ -458,8 +544,9 @@ assert abs(hist_default[worst]["ratio_last_mean"] - 1) > 0.1  # ... by more than
 #
 # Both on tiny inputs. Left: two tokens of one context, logits trained by Adam on the twin's clipped loss
 # (token 0: $p = 0.9$, $A = -1$; token 2: $p = 0.01$, $A = +1$). Right: the run's own reference policy
-# (`setup_run`, seed 0) at one position, and a policy that puts mass $m$ on the reference's least likely
-# token; also the exact per-token KL to that reference of the policy that solves the echo task.
+# (the SFT model, `setup_run`, seed 0) at the first completion position of the prompt "12+7=", and a policy
+# that puts mass $m$ on the reference's least likely token; also the exact per-token KL to that reference of
+# the policy that answers every prompt of AdditionTask correctly.
 
 # %%
 clip = grpo_fixed.Config.clip
@@ -489,25 +576,36 @@ print(f"after {len(ratios) - 1} steps: ratio token 2 = {ratios[-1, 1]:.2f}, toke
 assert (ratios[-1] - 1).abs().max() > 1  # past the old bound, after a correct update
 assert ratios[clipped_at[1], 1] < 1.5 < ratios[-1, 1]  # token 2 kept rising after its own gradient was 0
 
-task = grpo_fixed.EchoTask()
-_, ref_policy, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)  # the run's reference
-prompts = torch.tensor([[a, b] for a in range(1, V) for b in range(1, V)])  # (25, P) every echo prompt
-targets = torch.cat([prompts, torch.full((len(prompts), 1), task.eos_id)], 1)  # (25, P+1) what solves it
+task = grpo_fixed.AdditionTask()
+_, ref_policy, tokenizer, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)  # the reference
+temperature = grpo_fixed.Config.temperature
+all_prompts = [f"{a}+{b}=" for a in range(50) for b in range(50)]  # every prompt of the task
+enc = tokenizer(all_prompts, padding_side="left")  # (2500, P) left-padded
+answers = tokenizer([str(a + b) for a in range(50) for b in range(50)], padding_side="right", add_bos=False)
+eos_at = answers["attention_mask"].sum(1)  # (2500,) where each answer's EOS goes
+targets = torch.cat([answers["input_ids"], torch.zeros(len(all_prompts), 1, dtype=torch.long)], 1)  # (2500, T)
+targets[torch.arange(len(all_prompts)), eos_at] = tokenizer.eos_token_id
+target_mask = torch.arange(targets.shape[1]) <= eos_at[:, None]  # (2500, T) up to and including EOS
+targets = torch.where(target_mask, targets, tokenizer.pad_token_id)
 with torch.no_grad():
-    temperature = grpo_fixed.Config.temperature
-    ref_logp = grpo_fixed.policy_logprobs(ref_policy, prompts, targets, temperature)  # (25, P+1)
-    ref_p = torch.softmax(grpo_fixed.completion_logits(ref_policy, prompts[:1], targets[:1])[0, 0] / temperature, -1)
+    ref_logp = grpo_fixed.policy_logprobs(ref_policy, enc["input_ids"], enc["attention_mask"], targets,
+                                          target_mask, temperature)  # (2500, T)
+    one = tokenizer(["12+7="])
+    pos = grpo_fixed.position_ids(one["attention_mask"])
+    ref_p = torch.softmax(ref_policy(one["input_ids"], attention_mask=one["attention_mask"],
+                                     position_ids=pos).logits[0, -1] / temperature, -1)  # (V,)
 masses = torch.linspace(1 / V, 0.99, 50)  # (M,) mass on the reference's least likely token
 least = ref_p.argmin()
 others = (1 - masses[:, None]) / (V - 1) * torch.ones(V)  # (M, V)
 pi_m = torch.where(torch.arange(V) == least, masses[:, None], others)  # (M, V)
 kl_to_ref = (pi_m * (pi_m.log() - ref_p.log())).sum(-1)  # (M,) exact KL(pi_m || ref)
 kl_to_uniform = (pi_m * (pi_m.log() + math.log(V))).sum(-1)  # (M,) = log V - H(pi_m)
-solved_kl = -ref_logp.mean().item()  # exact per-token KL of the deterministic echo policy to the reference
-print("reference at one position: " + " ".join(f"{v:.3f}" for v in ref_p) + f"   -log min = {-ref_p.min().log():.3f}")
+solved_kl = -ref_logp[target_mask].mean().item()  # exact per-token KL of the always-correct policy to the ref
+print("reference at one position: " + " ".join(f"{v:.3f}" for v in ref_p) + f"   -log min = {-ref_p.min().log():.1f}")
 print(f"log V = {math.log(V):.3f}; KL to ref at m = {masses[-1]:.2f}: {kl_to_ref[-1]:.3f}; "
-      f"max KL to uniform: {kl_to_uniform.max():.3f}; solved echo policy: {solved_kl:.4f}")
-assert kl_to_uniform.max() <= math.log(V) < kl_to_ref[-1] and solved_kl > math.log(V)
+      f"max KL to uniform: {kl_to_uniform.max():.3f}; always-correct policy: {solved_kl:.4f}")
+assert kl_to_uniform.max() <= math.log(V) < kl_to_ref[-1]
+assert solved_kl < math.log(V) < -ref_p.min().log()
 
 # %%
 fig, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(10.0, 3.2), layout="constrained")
@@ -535,8 +633,10 @@ plt.show()
 # yet it keeps climbing to about 2.2: token 0's gradient (A < 0) lowers token 0's logit, which raises every
 # other token's probability, and Adam's momentum carries both tokens on after their own gradients are 0.
 # Nothing is wrong, and the old bound would fire. On the right, the KL to the uniform distribution never
-# passes $\log V$, but the KL to the run's actual (random-init) reference does; even the policy that
-# solves the task has an exact per-token KL to it slightly above $\log V$ (printed above).
+# passes $\log V$, but the KL to the run's actual reference (the confident SFT model) does as soon as the
+# policy puts most of its mass on a token the reference almost never emits. The policy that solves the task
+# stays below $\log V$ here (printed above): the goal is close to the SFT model, so this run never meets the
+# old bound, while a run that drifts onto tokens the reference rules out would.
 #
 # > **Catalog note (a wrong range, not a wrong trainer).** *Symptom*: a range check fires on a run whose
 # > reward climbs and whose invariants all hold. *Statistic*: the range itself. Check it against the
@@ -587,24 +687,24 @@ for key in ("reward", "kl", "ratio_last_maxdev"):
     print(f"last iteration {key:<17s}: buggy {hist_buggy[-1][key]:.2e}   fixed {hist_fixed[-1][key]:.2e}")
 clip_max = max(max(s["clip_frac_pos"], s["clip_frac_neg"]) for s in hist_buggy)
 print(f"max clip fraction, whole run: buggy {clip_max:.3f}   range {render_range('clip_frac_pos')}")
-assert gap_fixed == 0 and gap_buggy > 1000 * gap_hi  # the threshold sits > 3 orders of magnitude below the bug
-assert all(s["ratio_last_maxdev"] == 0 for s in hist_buggy) and clip_max == 0  # B3: the ratio never moves
-assert hist_buggy[-1]["kl"] > 5 and hist_buggy[-1]["reward"] < 0.2  # buggy KL runs away, reward does not move
-assert 0.5 < hist_fixed[-1]["kl"] < 1.5 and hist_fixed[-1]["reward"] > 0.5
+assert gap_fixed < gap_hi / 10 and gap_buggy > 1000 * gap_hi  # rounding below the threshold, the bug far above
+assert clip_max == 0 and hist_buggy[-1]["ratio_last_maxdev"] == 0  # B3: the ratio the loss sees never moves
+assert hist_buggy[-1]["kl"] == 0 and max(s["reward"] for s in hist_buggy) < 0.1  # no step taken; reward ~ 0
+assert 0 < hist_fixed[-1]["kl"] < 0.5 and hist_fixed[-1]["reward"] > 0.4
 
 # %% [markdown]
 # What to read off it:
 #
-# * `logprob_gap` of the fixed twin is exactly 0 over the whole run (printed `0.00e+00`: the sampler and
-#   the training pass agree to the last bit here; two different code paths may differ by float32 rounding,
-#   of order $10^{-7}$); the buggy twin's never drops below 0.17. The threshold (printed with it) sits more
-#   than three orders of magnitude below the buggy twin's gap and far above rounding.
-# * `ratio_last_maxdev` is exactly 0 for the buggy twin (B3): the ratio never moves, the clip never
-#   engages, and `clip_frac_pos`/`clip_frac_neg` are flat at 0, which looks "healthy" to a check that
-#   only asks for an upper bound. A zero clip fraction over a whole run is itself suspicious.
-# * The buggy twin's `kl` climbs to about 6 while its reward stays near 0.15; the fixed twin ends near
-#   1 with reward near 0.56. A KL that runs away while the reward does not move is a warning on its own
-#   (here B8 and B10 both distort it).
+# * `logprob_gap` of the fixed twin stays at float32 rounding over the whole run (a few $10^{-6}$: the sampler
+#   scores each token in the KV-cache forward, the training pass in one forward over the whole sequence, two
+#   code paths that round differently); the buggy twin's never drops below 10 (B6 and B10). The threshold
+#   (printed with it) sits more than an order of magnitude above the rounding and three below the bug.
+# * The buggy twin's loss is NaN at every iteration (B2, B5, B7 together), so every step is skipped: the
+#   policy never leaves the reference, its `kl` is 0 at the end, and its reward stays near 0 (B1 samples
+#   from the wrong distribution). `ratio_last_maxdev` is 0 at the last iteration and the clip fractions are
+#   flat at 0: a zero clip fraction over a whole run is itself suspicious (B3 makes the ratio the loss sees
+#   exactly 1).
+# * The fixed twin's KL to the reference stays small while its reward climbs (both printed).
 #
 # ## 10. Which checks fire, iteration by iteration
 #
@@ -631,9 +731,9 @@ w = live_plot(fig, update_failures, iteration=slider(LAST, 0, LAST, 1, "iteratio
 display(w)
 
 # %%
-no_nan = next(i for i, failed in enumerate(mon_buggy.failures) if "advantages finite" not in failed)
+starved = mon_buggy.first_failure["groups carry signal"]  # the first iteration with one more failing check
 seconds = []
-for it in (no_nan, 0):  # ends at iteration 0: the displayed figure shows it too
+for it in (starved, 0):  # ends at iteration 0: the displayed figure shows it too
     start = time.perf_counter()
     r = set_value(w, "iteration", it)
     seconds.append(time.perf_counter() - start)
@@ -678,6 +778,8 @@ print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider m
 #    What are two fixes?
 # 6. A colleague proposes "`ratio_last_maxdev` must stay below 1, clipping guarantees it". What do you
 #    answer?
+# 7. A colleague pads with `padding_side="right"` to save a reshuffle. When is that safe for the completion
+#    log-probs of a causal LM, and when not?
 #
 # <details><summary>Answer</summary>
 #
@@ -701,8 +803,14 @@ print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider m
 # 6. Clipping only removes the gradient that would push a token further past $1 \pm c$ the way its
 #    advantage favours; the token still moves with the shared parameters and Adam's momentum, and the max
 #    over a minibatch is set by one token. The fixed twin's default run exceeds 1 in many iterations with
-#    every check passing (notebook 03 §7). Watch the clip fractions instead; even the mean ratio is
-#    dragged out of its range by one far token there.
+#    every check passing (notebook 03 §7). Watch the clip fractions and the mean ratio instead.
+# 7. Safe only when the padding comes after every scored token: pack each row (prompt + completion) first,
+#    then pad the packed rows on the right and read each row's completion log-probs at its own offsets; the
+#    causal mask keeps the real tokens from seeing the pads. Not safe when the prompts are right-padded and
+#    the completions appended after them: the pads sit between a short prompt and its completion, a shared
+#    slice such as `logits[:, -T - 1 : -1]` reads the first completion token's logit off a pad, and with
+#    default position ids every completion token is shifted; sampling from right-padded prompts appends after
+#    the pads (notebook 03 §6.4).
 #
 # </details>
 

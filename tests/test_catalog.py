@@ -25,9 +25,11 @@ import torch
 import torch.nn as nn
 
 import grpo_buggy
+from tinylm import CausalLMOutput, CharTokenizer, TinyLM, TinyLMConfig
 from workbook import catalog
 
 BUG_ID = re.compile(r"B\d+")
+TOKENIZER = CharTokenizer("0123456789+=")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -41,35 +43,40 @@ def draw_frequencies(impl, logits, num_samples, seed=0):
     return torch.bincount(draws, minlength=logits.shape[-1]).double() / num_samples
 
 
-class PositionPolicy(nn.Module):
-    """A fake policy whose logits at position l are all equal to l: shows which position a row came from."""
+class FakeLM(nn.Module):
+    """A fake causal LM with the TinyLM call signature: input_ids (N, L) -> .logits (N, L, V) from `logits_at`."""
 
-    bos_id = 9
-
-    def forward(self, tokens):  # (N, L) -> (N, L, V=3)
-        positions = torch.arange(tokens.shape[1], dtype=torch.float32)  # (L,)
-        return positions[None, :, None].expand(tokens.shape[0], -1, 3).clone()
-
-
-class ConstantPolicy(nn.Module):
-    """A fake policy with the same logits at every position (so the shift of B6 cannot matter)."""
-
-    bos_id = 4
-
-    def __init__(self, logits):
+    def __init__(self, logits_at):
         super().__init__()
-        self.logits = logits  # (V,)
+        self.logits_at = logits_at  # (N, L) input_ids -> (N, L, V)
 
-    def forward(self, tokens):  # (N, L) -> (N, L, V)
-        return self.logits.expand(tokens.shape[0], tokens.shape[1], -1).clone()
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **_):
+        return CausalLMOutput(self.logits_at(input_ids))
+
+
+def position_policy():
+    """Logits at sequence index l all equal to l (V = 3): shows which index a row came from."""
+    return FakeLM(lambda ids: torch.arange(ids.shape[1], dtype=torch.float32)[None, :, None]
+                  .expand(ids.shape[0], -1, 3).clone())
+
+
+def constant_policy(logits):
+    """The same logits (V,) at every position, so the shift of B6 cannot matter."""
+    return FakeLM(lambda ids: logits.expand(ids.shape[0], ids.shape[1], -1).clone())
+
+
+def tiny_lm(seed=0):
+    """A fresh seeded TinyLM over the addition alphabet, small enough for tiny inputs."""
+    torch.manual_seed(seed)
+    return TinyLM(TinyLMConfig(len(TOKENIZER.tokens), d_model=16, n_layers=1, n_heads=2)).eval()
 
 
 def tiny_setup(impl, seed=0, **overrides):
-    """A TinyPolicy on EchoTask, its frozen reference, an Adam optimizer, a tiny config and a generator."""
-    cfg = impl.make_config(**{"prompts_per_batch": 4, "group_size": 4, "hidden": 16, **overrides})
-    task = impl.EchoTask()
-    policy, ref_policy, optimizer, generator = impl.setup_run(task, cfg, seed)
-    return task, policy, ref_policy, optimizer, cfg, generator
+    """AdditionTask from its SFT checkpoint: policy, frozen reference, tokenizer, Adam, a small config, a generator."""
+    cfg = impl.make_config(**{"prompts_per_batch": 4, "group_size": 4, **overrides})
+    task = impl.AdditionTask()
+    policy, ref_policy, tokenizer, optimizer, generator = impl.setup_run(task, cfg, seed)
+    return task, policy, ref_policy, tokenizer, optimizer, cfg, generator
 
 
 # ----------------------------------------------------------------------------------------------
@@ -114,8 +121,8 @@ def test_B2_rewards_near_float64_limit_do_not_overflow(impl):
 
 
 def test_B3_ratio_moves_after_the_first_inner_step(impl):
-    task, policy, ref_policy, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
-    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
+    task, policy, ref_policy, tok, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
+    batch, _ = impl.rollout(policy, ref_policy, tok, task, cfg, g)
     batch["advantages"] = torch.linspace(-1.5, 1.5, batch["rewards"].shape[0])  # a signal in every group
     records = impl.update_policy(policy, optimizer, batch, cfg, g)
     assert len(records) == 4
@@ -126,8 +133,8 @@ def test_B3_ratio_moves_after_the_first_inner_step(impl):
 
 def test_B3_old_logprobs_stay_the_behaviour_policy(impl):
     """The loss at a later inner step sees the rollout's old log-probs, not freshly detached ones."""
-    task, policy, ref_policy, optimizer, cfg, g = tiny_setup(impl, inner_epochs=3, minibatches=1, clip=10.0)
-    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
+    task, policy, ref_policy, tok, optimizer, cfg, g = tiny_setup(impl, inner_epochs=3, minibatches=1, clip=10.0)
+    batch, _ = impl.rollout(policy, ref_policy, tok, task, cfg, g)
     batch["advantages"] = torch.linspace(-1.0, 1.0, batch["rewards"].shape[0])
     records = impl.update_policy(policy, optimizer, batch, cfg, g)
     ratio_mean = [r["ratio"].mean().item() for r in records]
@@ -139,12 +146,12 @@ def test_B3_ratio_is_1_first_then_moves_once_the_policy_left_its_reference(impl)
     """Old log-probs are the sampling policy's, cached at rollout: with a policy that has moved away from its
     reference, the first inner step's ratio is still exactly 1 (the reference's log-probs are not the old
     ones), and it leaves 1 after an update (they are not recomputed either)."""
-    task, policy, ref_policy, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
+    task, policy, ref_policy, tok, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
     noise = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=noise))
-    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
+    batch, _ = impl.rollout(policy, ref_policy, tok, task, cfg, g)
     assert (batch["old_logprobs"] - batch["ref_logprobs"])[batch["mask"]].abs().max() > 1e-2, "policy == reference"
     batch["advantages"] = torch.linspace(-1.5, 1.5, batch["rewards"].shape[0])  # a signal in every group
     records = impl.update_policy(policy, optimizer, batch, cfg, g)
@@ -201,26 +208,28 @@ def test_B5_all_masked_loss_is_finite_zero(impl):
 
 
 def test_B6_row_t_comes_from_the_position_before_token_t(impl):
-    prompts = torch.tensor([[1, 2]])  # (1, P=2)
-    completions = torch.tensor([[0, 1, 2]])  # (1, T=3)
-    logits = impl.completion_logits(PositionPolicy(), prompts, completions)  # (1, T, V)
-    # tokens = [BOS, p0, p1, c0, c1, c2]: completion token t sits at 1 + P + t, predicted by P + t
+    prompt_ids, prompt_mask = torch.tensor([[1, 4, 5]]), torch.ones(1, 3, dtype=torch.long)  # (1, P=3): BOS 1 2
+    completions, mask = torch.tensor([[6, 2, 0]]), torch.tensor([[True, True, False]])  # (1, T=3): 3 EOS PAD
+    logits = impl.completion_logits(position_policy(), prompt_ids, prompt_mask, completions, mask)  # (1, T, V)
+    # input = [BOS, 1, 2, c0, c1, c2]: completion token t sits at index P + t, predicted by index P + t - 1
     assert logits[0, :, 0].tolist() == [2.0, 3.0, 4.0]
 
 
 def test_B6_row_t_does_not_see_token_t(impl):
-    """Causality: completion_logits row t predicts completions[:, t], so changing that token changes no row <= t."""
-    torch.manual_seed(0)
-    policy = impl.TinyPolicy(6, hidden=8).eval()
-    prompts = torch.tensor([[1, 2]])
-    completions = torch.tensor([[3, 4, 5]])
+    """Causality on a left-padded batch: completion_logits row t predicts completions[:, t], so changing the last
+    completion token changes no row."""
+    policy = tiny_lm()
+    enc = TOKENIZER(["12+7=", "3+4="], padding_side="left")  # row 1 has one PAD on the left
+    prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]  # (2, P=6)
+    completions = torch.tensor([[4, 12, 2], [10, 2, 0]])  # (2, T=3): "19" EOS, "7" EOS PAD
+    mask = torch.tensor([[True, True, True], [True, True, False]])
     changed = completions.clone()
-    changed[0, -1] = 1  # only the last completion token differs
+    changed[:, -1] = 5  # only the last completion token differs
     with torch.no_grad():
-        a = impl.completion_logits(policy, prompts, completions)
-        b = impl.completion_logits(policy, prompts, changed)
-    assert a.shape == (1, 3, 6)
-    assert torch.equal(a, b), "a row changed when only the token it should predict changed"
+        a = impl.completion_logits(policy, prompt_ids, prompt_mask, completions, mask)
+        b = impl.completion_logits(policy, prompt_ids, prompt_mask, changed, mask)
+    assert a.shape == (2, 3, len(TOKENIZER.tokens))
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg="a row changed when only the token it predicts changed")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,11 +267,18 @@ def test_B9_each_prompt_normalised_within_its_own_group(impl):
     assert torch.allclose(adv, expected, atol=1e-6), adv.tolist()
 
 
+class SpreadRewardTask(grpo_buggy.AdditionTask):
+    """AdditionTask whose rewards differ within and across groups whatever is sampled: i^2 mod 7 for sample i."""
+
+    def reward(self, prompts, completions):
+        return (torch.arange(len(prompts)) ** 2 % 7).float()  # (n,)
+
+
 def test_B9_rollout_advantages_use_the_true_groups(impl):
-    task, policy, ref_policy, _, cfg, g = tiny_setup(impl, seed=3, prompts_per_batch=3, group_size=5)
-    batch, _ = impl.rollout(policy, ref_policy, task, cfg, g)
-    prompts = batch["prompts"].view(3, 5, -1)
-    assert (prompts == prompts[:, :1]).all(), "rollout must lay out prompts prompt-major"
+    _, policy, ref_policy, tok, _, cfg, g = tiny_setup(impl, seed=3, prompts_per_batch=3, group_size=5)
+    batch, _ = impl.rollout(policy, ref_policy, tok, SpreadRewardTask(), cfg, g)
+    groups = [batch["prompts"][i * 5 : (i + 1) * 5] for i in range(3)]
+    assert all(len(set(group)) == 1 for group in groups), "rollout must lay out prompts prompt-major"
     rewards = batch["rewards"].view(3, 5)  # (B, G)
     expected = torch.stack([impl.group_advantage(row.tolist()) for row in rewards]).float()  # (B, G)
     assert rewards.std(dim=1).gt(0).any(), "diagnostic needs a group with reward variance"
@@ -276,8 +292,9 @@ def test_B9_rollout_advantages_use_the_true_groups(impl):
 
 def test_B10_training_logprobs_use_the_sampling_temperature(impl):
     logits = torch.tensor([1.0, 0.0, -1.0, 0.5])  # (V,)
-    prompts, completions = torch.tensor([[1, 2]]), torch.tensor([[0, 3, 2]])
-    out = impl.policy_logprobs(ConstantPolicy(logits), prompts, completions, 0.5)  # (1, T)
+    prompt_ids, prompt_mask = torch.tensor([[0, 1, 2]]), torch.tensor([[0, 1, 1]])  # (1, P=3), left-padded
+    completions, mask = torch.tensor([[0, 3, 2]]), torch.ones(1, 3, dtype=torch.bool)  # (1, T=3)
+    out = impl.policy_logprobs(constant_policy(logits), prompt_ids, prompt_mask, completions, mask, 0.5)  # (1, T)
     expected = torch.log_softmax(logits / 0.5, -1)[completions]
     assert torch.allclose(out, expected, atol=1e-6), (out.tolist(), expected.tolist())
 
@@ -285,8 +302,9 @@ def test_B10_training_logprobs_use_the_sampling_temperature(impl):
 def test_B6_B10_training_logprobs_match_the_sampler(impl):
     """The rollout's logprob_gap diagnostic: old log-probs recomputed by the training path equal the
     log-probs of the tokens under the distribution the sampler drew them from (temperature 0.8)."""
-    task, policy, ref_policy, _, cfg, g = tiny_setup(impl, temperature=0.8)
-    batch, stats = impl.rollout(policy, ref_policy, task, cfg, g)
+    task, policy, ref_policy, tok, _, cfg, g = tiny_setup(impl, temperature=0.8)
+    batch, stats = impl.rollout(policy, ref_policy, tok, task, cfg, g)
+    assert (~batch["mask"]).any() and batch["prompt_mask"].eq(0).any(), "diagnostic needs padded prompts and EOS"
     mask = batch["mask"]
     gap = (batch["old_logprobs"] - batch["sampler_logprobs"])[mask].abs().max().item()
     assert gap < 1e-4, f"training log-probs differ from the sampler's by {gap:.3g}"

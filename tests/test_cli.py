@@ -40,14 +40,18 @@ def test_json_summary_is_the_last_line(twin):
     assert isinstance(summary, dict)
     assert set(summary) == {"final_reward", "steps", "nan_losses", "seconds"}
     assert summary["steps"] == 3
-    assert isinstance(summary["nan_losses"], int) and summary["nan_losses"] == 0
+    assert isinstance(summary["nan_losses"], int) and 0 <= summary["nan_losses"] <= 3
+    if twin == "fixed":
+        assert summary["nan_losses"] == 0
     assert 0.0 <= summary["final_reward"] <= 1.0
     assert isinstance(summary["seconds"], (int, float)) and math.isfinite(summary["seconds"])
     assert not any(line.startswith("iter") for line in lines), "--json prints no progress lines"
     assert "WARNING" not in proc.stderr, proc.stderr
     # the same run in-process gives the same reward: one thread and a seeded generator make it deterministic
     history = TWINS[twin].train(seed=1, steps=3)
-    assert summary["final_reward"] == pytest.approx(grpo_support.summarize_run(history, 0.0)["final_reward"], abs=1e-9)
+    in_process = grpo_support.summarize_run(history, 0.0)
+    assert summary["final_reward"] == pytest.approx(in_process["final_reward"], abs=1e-9)
+    assert summary["nan_losses"] == in_process["nan_losses"]
 
 
 @pytest.mark.parametrize("twin", TWINS)
@@ -100,7 +104,8 @@ def test_every_config_field_is_a_flag(twin, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--group_size", "1"], "group_size must be"),
     (["--clip", "nan"], "clip must be"),
-    (["--hidden", "2.5"], "expected int"),
+    (["--group_size", "2.5"], "expected int"),
+    (["--strict", "maybe"], "expected true or false"),
     (["--group_sizes", "3"], "unrecognized arguments"),
 ])
 def test_bad_config_values_are_usage_errors(argv, message, capsys):

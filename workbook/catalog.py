@@ -40,17 +40,19 @@ class Bug:
 
 BUGS = [
     Bug("B1", "sample_from_logits", "sampling from raw logits (no softmax)",
-        symptom="entropy and reward stall early; the least likely token is never drawn at all, so a completion "
-                "may never reach EOS",
-        stats=("entropy", "reward", "completion_length"),
+        symptom="the reward drops to about 0.01 from the first iteration (the SFT model it starts from scores about "
+                "0.3) and never recovers; nearly every group's rewards are all 0, completions run longer than a "
+                "healthy run's (3.8 tokens vs 2.9) and the logged entropy stays near its starting 0.7",
+        stats=("reward", "zero_var_groups", "completion_length", "entropy"),
         cards=("sampler-test", "debug-method"),
         probe="logits [2, 1, 0, -1, -2], 20 000 draws: the frequencies should be softmax [.64, .23, .09, .03, .01]; "
               "the buggy ones are about [.39, .30, .20, .10, 0]",
         fix="raw logits (shifted to be non-negative) go to torch.multinomial, which wants probabilities: pass "
             "softmax(logits), stable for logits of any size"),
     Bug("B2", "group_advantage", "no epsilon in the advantage's std (constant group gives NaN)",
-        symptom="advantages turn NaN and whole updates are skipped whenever some prompt's group has all-equal "
-                "rewards, which is most groups early on and again once the task is solved",
+        symptom="advantages turn NaN whenever some prompt's group has all-equal rewards (all wrong or all right: "
+                "about one group in ten early on, more as the task gets solved); the loss is NaN in most iterations, "
+                "those updates are skipped, and the reward climbs more slowly than a healthy run's",
         stats=("adv_nonfinite", "nonfinite_steps", "zero_var_groups"),
         cards=("eps-role", "zero-variance", "tiny-reward-scale"),
         probe="rewards [1, 1, 1, 1]: the advantages should be exact zeros (the buggy ones are NaN); "
@@ -59,7 +61,7 @@ BUGS = [
             "and rescale huge rewards before the mean and variance so neither overflows"),
     Bug("B3", "update_policy", "old log-probs recomputed inside the inner loop (ratio is always 1)",
         symptom="the importance ratio never leaves 1, even at the last of several inner steps, and nothing is "
-                "ever clipped: the trust region does nothing",
+                "ever clipped: the trust region does nothing; the reward climbs more slowly than a healthy run's",
         stats=("ratio_last_maxdev", "clip_frac_pos", "clip_frac_neg"),
         cards=("old-logprobs-no-grad", "clip-frac-zero", "single-inner-step"),
         probe="two inner steps on one rollout batch: the second step's ratio should differ from 1; the buggy "
@@ -67,16 +69,18 @@ BUGS = [
         fix="the old log-probs are recomputed from the current policy inside the inner loop: use the batch's "
             "old_logprobs, cached once at rollout from the policy that sampled"),
     Bug("B4", "grpo_loss", "clipping the product ratio * A instead of the ratio",
-        symptom="learning is slower than it should be: the samples with the largest positive advantages "
-                "(above 1 + clip) get no gradient at all, even at ratio exactly 1",
+        symptom="learning is slower than it should be (in a default run the reward ends near 0.58 where a healthy "
+                "run reaches 0.67) and the early loss sits well above a healthy run's, yet every statistic stays "
+                "in its healthy range",
         stats=("reward", "loss"),
         cards=("clamp-product", "why-min", "clip-gradient"),
         probe="one token, ratio 1, A = 2: d loss / d logprob should be -2 (the buggy one is 0)",
         fix="clamp(ratio * A, 1 - c, 1 + c) clips the product: clip the ratio, then multiply, "
             "clamp(ratio, 1 - c, 1 + c) * A (with A < 0 that flips which side is the pessimistic one)"),
     Bug("B5", "masked_mean", "masked tokens reach the loss sum; all-masked batch divides 0 by 0",
-        symptom="the loss turns NaN when a minibatch is fully masked, or when a padded position holds -inf or NaN "
-                "(-inf * 0 = NaN)",
+        symptom="a default run looks healthy (the padded positions hold finite log-probs); the loss would turn NaN "
+                "for a minibatch whose every completion token is masked, or once a padded position holds -inf or "
+                "NaN (-inf * 0 = NaN)",
         stats=("loss", "nonfinite_steps"),
         cards=("loss-aggregation", "invariants"),
         probe="an all-False mask should give 0.0 (the buggy one is NaN); values [1, 3, nan] with mask "
@@ -84,24 +88,29 @@ BUGS = [
         fix="(values * mask).sum() / mask.sum() lets NaN and inf through the mask and divides 0 by 0: select "
             "the unmasked values (torch.where), and divide by max(1, count)"),
     Bug("B6", "completion_logits", "log-prob shift misalignment (logit t scored against token t)",
-        symptom="training log-probs differ from the sampler's on the very same tokens, and the reward stalls",
-        stats=("logprob_gap", "reward"),
+        symptom="training log-probs differ from the sampler's on the very same tokens (by about 13 nats), the "
+                "reward does not rise (it drifts down from 0.27) and the gradient norm spikes into the hundreds",
+        stats=("logprob_gap", "reward", "grad_norm"),
         cards=("consistency-not-correctness", "invariants", "debug-method"),
-        probe="a fake policy whose logits at position l all equal l, prompt of 2 tokens, 3 completion tokens: "
-              "row t should come from position P + t, i.e. [2, 3, 4]",
-        fix="the logit at position l predicts token l + 1, so the logits of the completion are the T rows "
-            "before the last one, logits[:, -T - 1 : -1], not logits[:, -T:]"),
+        probe="a fake LM whose logits at position l all equal l, a prompt of P = 3 tokens (BOS included), 3 "
+              "completion tokens: completion token t sits at position P + t, so its row should come from position "
+              "P + t - 1, i.e. [2, 3, 4] (the buggy rows are [3, 4, 5])",
+        fix="in a causal LM the logit at position l predicts token l + 1, so the completion's T tokens are scored "
+            "by the T positions before the last one, logits[:, -T - 1 : -1], not logits[:, -T:]"),
     Bug("B7", "token_logprobs", "log(softmax) instead of log_softmax",
-        symptom="-inf log-probs and NaN losses appear once the policy grows confident (large logits)",
+        symptom="a default run looks healthy: its policy never grows confident enough; -inf log-probs and NaN "
+                "losses would appear once some sampled or padded token's probability underflows float32 (a logit "
+                "gap above about 100)",
         stats=("loss", "nonfinite_steps"),
         cards=("log-softmax", "invariants"),
         probe="logits [0, 200], token 0: the log-prob should be -200; the buggy one is -inf (softmax underflows "
               "to 0 first)",
         fix="log(softmax(x)) underflows to log(0) = -inf: compute log_softmax (x - logsumexp(x)) directly"),
     Bug("B8", "kl_to_reference", "KL estimator with the log-ratio reversed",
-        symptom="the KL to the reference stays >= 0 (so no sign check fires) but grows far too fast, and "
-                "explodes where the policy grew confident",
-        stats=("kl",),
+        symptom="the KL to the reference stays >= 0 (so no sign check fires) but grows far too fast (about 1 nat "
+                "over the last iterations where a healthy run logs 0.2, with spikes to 7), and the loss and the "
+                "gradient norm spike with it (into the thousands)",
+        stats=("kl", "grad_norm", "loss"),
         cards=("flipped-kl-sign", "k-estimators", "negative-k1"),
         probe="pi uniform on 3 tokens, pi_ref = softmax([2, 0, -2]), one copy of each token: the mean of k3 "
               "should equal KL(pi || pi_ref) = 1.044 exactly (the buggy mean is 6.03)",
@@ -109,7 +118,7 @@ BUGS = [
             "reversed it estimates chi-square minus KL"),
     Bug("B9", "batch_advantages", "groups reshaped along the wrong axis (baseline mixes prompts)",
         symptom="advantages are no longer centred within each prompt's group (invisible to that statistic when "
-                "B divides G; at B == G the wrong reshape happens to be right)",
+                "B divides G; at B == G the wrong reshape happens to be right), while the reward still rises",
         stats=("adv_group_mean",),
         cards=("b-equals-g", "baseline-independence", "advantage-scaling"),
         probe="rewards [0, 1, 2, 5, 6, 8] for 2 prompts x 3 samples: each prompt should be normalised within "
@@ -126,8 +135,9 @@ BUGS = [
         fix="sampling draws from softmax(logits / T), so training must score under the same distribution: "
             "divide the logits by the temperature"),
     Bug("B11", "optimizer_step", "no gradient clipping",
-        symptom="gradient norm spikes go straight into the optimizer: an occasional huge step, and a reward "
-                "that drops after it",
+        symptom="a default run looks healthy: the logged (pre-clip) gradient norm peaks a little higher than a "
+                "healthy run's (about 19 vs 12) and the reward stays within a healthy run's seed-to-seed spread; "
+                "nothing in the logs shows that those norms went into the update unclipped",
         stats=("grad_norm",),
         cards=("grad-clip-adam", "pre-clip-norm", "grad-clip-where"),
         probe="nn.Linear(4, 1), loss 1000 * net(ones(1, 4)).sum(), max_grad_norm 1: the gradient norm after "

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn  # HEALTH: the gradient-clipping probe uses a small nn.Linear
 
-from grpo_support import (  # HEALTH: the health checks read their healthy ranges from it
+from grpo_support import (
     CHECKPOINTS,
-    STATS,
+    STATS,  # HEALTH: the health checks read their healthy ranges from it
     build_config,
     check_logits,
     check_loss_inputs,

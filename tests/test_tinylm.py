@@ -1,6 +1,7 @@
 """The tiny language model and its tokenizer behave like a model library's: left padding with an attention
-mask and explicit position ids leaves a row's logits unchanged, default position ids do not, the key-value
-cache reproduces the full forward pass, the model is causal, and a checkpoint round-trips."""
+mask and explicit position ids leaves a row's logits unchanged, default position ids do not, padded keys get
+exactly zero weight in the hand-written masked softmax, the key-value cache reproduces the full forward pass, the
+model is causal, a checkpoint round-trips, and from_pretrained overrides dropout and nothing else."""
 
 from __future__ import annotations
 
@@ -100,3 +101,34 @@ def test_checkpoint_round_trip(tmp_path, tokenizer, model):
     again, tok = TinyLM.from_pretrained(tmp_path).eval(), CharTokenizer.from_pretrained(tmp_path)
     ids = tok(["9+9="])["input_ids"]
     torch.testing.assert_close(again(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def test_padded_keys_get_exactly_zero_attention(tokenizer, model):
+    """The hand-written masked softmax: whatever token sits on a padded position, the real tokens' logits are
+    bit-for-bit the same (its attention weight is exactly 0)."""
+    batch = tokenizer(["55+66=", "3+4="])
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    junk = ids.clone()
+    junk[1, :2] = torch.tensor([7, 13])  # "4+" where row 1 has its two PADs
+    pos = positions(mask)
+    a = model(ids, attention_mask=mask, position_ids=pos).logits[1, 2:]
+    b = model(junk, attention_mask=mask, position_ids=pos).logits[1, 2:]
+    assert torch.equal(a, b)
+    unmasked = model(junk, attention_mask=torch.ones_like(mask), position_ids=pos).logits[1, 2:]
+    assert (unmasked - a).abs().max() > 1e-4, "without the mask the junk tokens must be seen: the check can fail"
+
+
+def test_from_pretrained_overrides_dropout_only(tmp_path, tokenizer, model):
+    model.save_pretrained(tmp_path)
+    loaded = TinyLM.from_pretrained(tmp_path, dropout=0.3)
+    assert loaded.config.dropout == 0.3 and model.config.dropout == 0.0
+    assert loaded.config == TinyLMConfig(**{**model.config.__dict__, "dropout": 0.3})
+    for (name, p), q in zip(loaded.named_parameters(), model.parameters(), strict=True):
+        assert torch.equal(p, q), name
+    ids = tokenizer(["12+7="])["input_ids"]
+    torch.testing.assert_close(loaded.eval()(ids).logits, model(ids).logits, rtol=0, atol=0)
+    torch.manual_seed(0)
+    assert not torch.equal(loaded.train()(ids).logits, model(ids).logits), "dropout 0.3 is active in train mode"
+    for bad in ({"d_model": 32}, {"vocab_size": 15}, {"dropout": 0.1, "n_layers": 3}):
+        with pytest.raises(ValueError, match="only dropout"):
+            TinyLM.from_pretrained(tmp_path, **bad)

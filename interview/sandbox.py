@@ -386,12 +386,16 @@ def _forked(target, data, send, deadline) -> None:
         _REAL_EXIT(code)
 
 
-def run_forked(target, data, limit: float):
+CANCELLED = "was cancelled: its result was no longer needed"
+
+
+def run_forked(target, data, limit: float, cancel: threading.Event | None = None):
     """target(data) in a forked process (stdout and stderr silenced, unless PRACTICE_DEBUG is set; memory
     limited to MEMORY_BYTES more than now): its result, or a str saying why there is none: the whole run
     took longer than `limit` seconds, a time limit inside it could not stop the code (the parent's wall
-    clock kills the child WATCHDOG_GRACE seconds after any deadline the child armed), or how the child ended
-    (an exit code, or the signal that killed it)."""
+    clock kills the child WATCHDOG_GRACE seconds after any deadline the child armed), `cancel` was set
+    (CANCELLED: the caller no longer needs the result), or how the child ended (an exit code, or the signal
+    that killed it)."""
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     deadline = (context.Value("d", 0.0, lock=False), context.Array("c", 256, lock=False))
@@ -406,7 +410,9 @@ def run_forked(target, data, limit: float):
                 result, received = receive.recv(), True
             break
         now, armed = time.monotonic(), deadline[0].value
-        if armed and now > armed + WATCHDOG_GRACE:
+        if cancel is not None and cancel.is_set():
+            killed = CANCELLED
+        elif armed and now > armed + WATCHDOG_GRACE:
             what = deadline[1].value.decode(errors="replace") or "the graded code"
             killed = (f"was stopped: {what} ran past its time limit and the alarm did not stop it (did the file "
                       f"cancel or ignore SIGALRM?)")

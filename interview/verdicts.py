@@ -81,15 +81,19 @@ def regression_line(keys: list[str] | tuple[str, ...], group: str, fails: list) 
     return f"{regression_head(keys, group)}: {shown} fails{why}{more}"
 
 
-BAND_LAST = 5
+BAND_LAST = 4
 """the short training run's reward is the mean over its last BAND_LAST iterations"""
 BAND_TOLERANCE = 0.15
-"""how far below the fixed twin's own short run (same seed, config and steps) a fix may end: a guard against
-a fix that trains clearly worse, not a test of correctness. Observed: over seeds 0-9 the fixed twin's
-20-iteration reward (mean of iterations 15-19) ranged 0.54-0.84 (sd 0.084; seed 0: 0.6682), so 0.15 is about
-1.8 sd; six alternative correct fixes reproduced 0.6682 exactly on seed 0, so a correct fix written another
-way did not move the run at all. Several single-bug hybrids end far lower on seed 0 (B1 0.35, B4 0.42,
-B6 0.46, B2 0.47), but the band detects neither B3 (0.61) nor B10 (0.76): the catalog tests catch those."""
+"""how far below the fixed twin's own short run (same seed, config and steps, run in the same process) a fix
+may end: a guard against a fix that wrecks training, not a test of correctness (the tests decide that).
+Measured on this machine (grading.TRAIN_STEPS = 8 iterations of B=10, G=8 from the SFT checkpoint, whose own
+reward is about 0.30; mean reward of iterations 4-7): the fixed twin over seeds 0-15 ended at 0.31-0.48 (mean
+0.40, sd 0.038; seed 0, the one graded: 0.306, the lowest), so the floor on seed 0 is 0.156, about 4 sd
+below the lowest seed and 6 below the mean: a correct fix written another way that rounds differently, and
+so samples another trajectory, still passes. Single-bug hybrids over seeds 0-5: B1 ends at 0.00-0.02 (the
+band rejects it); all the others stay within the fixed twin's spread (B6 lowest, 0.23-0.31; B5, B7 reproduce
+the fixed run exactly: no NaN or underflow arises in 8 iterations), so the band detects none of them: a short
+run from an SFT model barely moves the reward, and the catalog and spec tests catch those bugs."""
 
 
 def in_band(run: dict, reference: dict) -> str | None:

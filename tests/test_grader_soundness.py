@@ -45,11 +45,12 @@ ADV = "def group_advantage(rewards, eps: float = 1e-8):"
 UPDATE = "def update_policy(policy, optimizer, batch, cfg, generator):"
 LOSS = "def grpo_loss(logprobs, old_logprobs, advantages, mask, clip: float = 0.2):"
 MEAN = "def masked_mean(values, mask):"
-SHIFT = "def completion_logits(policy, prompts, completions):"
+SHIFT = "def completion_logits(policy, prompt_ids, prompt_mask, completions, mask):"
 LOGP = "def token_logprobs(logits, tokens):"
 KL = "def kl_to_reference(logprobs, ref_logprobs, mask):"
 GROUPS = "def batch_advantages(rewards, group_size: int, eps: float = 1e-8):"
-TEMP = "def policy_logprobs(policy, prompts, completions, temperature):"
+TEMP = "def policy_logprobs(policy, prompt_ids, prompt_mask, completions, mask, temperature):"
+LOGITS = "    logits = completion_logits(policy, prompt_ids, prompt_mask, completions, mask)"
 STEP = "def optimizer_step(policy, optimizer, loss, max_grad_norm):"
 
 
@@ -60,13 +61,13 @@ def update(old: str) -> str:
     lines = [UPDATE, "    policy.train()", "    records = []", "    for _ in range(cfg.inner_epochs):"]
     if per_epoch:
         lines += ["        with torch.no_grad():",
-                  '            old_all = policy_logprobs(policy, batch["prompts"], batch["completions"], '
-                  'cfg.temperature)']
+                  '            old_all = policy_logprobs(policy, batch["prompt_ids"], batch["prompt_mask"], '
+                  'batch["completions"], batch["mask"], cfg.temperature)']
     lines += ['        for idx in torch.randperm(batch["rewards"].shape[0], generator=generator)'
               '.chunk(cfg.minibatches):',
               '            mask = batch["mask"][idx]',
-              '            logprobs = policy_logprobs(policy, batch["prompts"][idx], batch["completions"][idx], '
-              'cfg.temperature)',
+              '            logprobs = policy_logprobs(policy, batch["prompt_ids"][idx], batch["prompt_mask"][idx], '
+              'batch["completions"][idx], mask, cfg.temperature)',
               f"            old_logprobs = {old.removeprefix('EPOCH:')}",
               '            adv = batch["advantages"][idx]',
               "            pg_loss = grpo_loss(logprobs, old_logprobs, adv, mask, cfg.clip)",
@@ -90,8 +91,10 @@ def loss(clipped: str, pick: str = "torch.min") -> str:
 
 
 def shift(rows: str) -> str:
-    return body(SHIFT, "    bos = torch.full((prompts.shape[0], 1), policy.bos_id)",
-                "    logits = policy(torch.cat([bos, prompts, completions], dim=1))",
+    return body(SHIFT, "    input_ids = torch.cat([prompt_ids, completions], dim=1)",
+                "    attention_mask = torch.cat([prompt_mask.long(), mask.long()], dim=1)",
+                "    logits = policy(input_ids, attention_mask=attention_mask, "
+                "position_ids=position_ids(attention_mask)).logits",
                 "    T = completions.shape[1]", f"    return {rows}")
 
 
@@ -189,7 +192,7 @@ FIXES = {  # bug id -> (wrong fixes, correct fixes): name -> the buggy function'
         {"shifted by two": shift("logits[:, -T - 2 : -2]"),
          "the first T rows": shift("logits[:, :T]")},
         {"rows -T-1 .. -2": shift("logits[:, -T - 1 : -1]"),
-         "rows P .. P+T-1": shift("logits[:, prompts.shape[1] : prompts.shape[1] + T]")},
+         "rows P-1 .. P+T-2": shift("logits[:, prompt_ids.shape[1] - 1 : prompt_ids.shape[1] + T - 1]")},
     ),
     "B7": (
         {"float64 log(softmax)": body(LOGP, "    probs = torch.softmax(logits.double(), dim=-1)",
@@ -230,13 +233,13 @@ FIXES = {  # bug id -> (wrong fixes, correct fixes): name -> the buggy function'
                            "    return torch.cat([group_advantage(g.tolist(), eps) for g in groups]).float()")},
     ),
     "B10": (
-        {"logits times T": body(TEMP, "    logits = completion_logits(policy, prompts, completions) * temperature",
+        {"logits times T": body(TEMP, LOGITS + " * temperature",
                                 "    return token_logprobs(logits, completions)"),
-         "log-probs divided by T": body(TEMP, "    logits = completion_logits(policy, prompts, completions)",
+         "log-probs divided by T": body(TEMP, LOGITS,
                                         "    return token_logprobs(logits, completions) / temperature")},
-        {"logits / T": body(TEMP, "    logits = completion_logits(policy, prompts, completions) / temperature",
+        {"logits / T": body(TEMP, LOGITS + " / temperature",
                             "    return token_logprobs(logits, completions)"),
-         "scaled in the call": body(TEMP, "    logits = completion_logits(policy, prompts, completions)",
+         "scaled in the call": body(TEMP, LOGITS,
                                     "    return token_logprobs(logits / temperature, completions)")},
     ),
     "B11": (

@@ -103,11 +103,11 @@ def test_round_keeps_exactly_the_drawn_bugs_and_nothing_of_the_fix(n, k):
     assert BUG_TOKEN.findall(text) == BUG_TOKEN.findall(handout()), "no bug id beyond the hand-out's"
 
 
-def test_round_imports_only_torch_the_standard_library_and_the_twins_support():
+def test_round_imports_only_torch_the_standard_library_the_twins_support_and_tinylm():
     tree = ast.parse(rounds.round_source(0, 1, WHEN))
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
-    assert roots - {"__future__", "torch", "grpo_support"} <= set(sys.stdlib_module_names), roots
+    assert roots - {"__future__", "torch", "grpo_support", "tinylm"} <= set(sys.stdlib_module_names), roots
 
 
 @pytest.mark.parametrize("n, k", ROUNDS)
@@ -397,7 +397,7 @@ BAD = {  # name -> (edit of a round with every bug, what the one line must say)
     "syntax": (("    total = (values * mask).sum()", "    total = (values * mask).sum("), r":\d+: syntax error"),
     "renamed": (("def group_advantage(", "def group_adv("), r"no function group_advantage"),
     "signature": (("mask, clip: float = 0.2):", "mask, clip: float = 0.3):"), r"grpo_loss.*changed its signature"),
-    "import": (("import torch.nn as nn\n", "import torch.nn as nn\nraise ImportError('nope')\n"),
+    "import": (("import torch\n", "import torch\nraise ImportError('nope')\n"),
                r"importing it raised ImportError"),
     "hang": (("    mask = mask.bool()\n    total", "    while True:\n        pass\n    total"),
              r"masked_mean \(line \d+\) did not return .*time limit"),

@@ -200,7 +200,7 @@ def ablation_bars(ax, rewards: dict, random_reward: float):
     colors = [FIXED if k == "fixed" else BUGGY if k == "buggy" else "#999999" for k in labels]
     ax.bar(labels, [rewards[k] for k in labels], color=colors)
     ax.axhline(rewards["fixed"], color=FIXED, ls="--", lw=1, label="fixed")
-    ax.axhline(random_reward, color=REFERENCE, ls=":", lw=1, label="first iteration (random policy)")
+    ax.axhline(random_reward, color=REFERENCE, ls=":", lw=1, label="first iteration (the SFT model)")
     ax.set_ylabel("final reward (mean of last 10 iterations)")
     ax.set_ylim(0, 1)
     ax.legend(fontsize="small", loc="upper right")

@@ -185,7 +185,7 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 # **Question.** After an update, which way does each token's ratio move?
 #
 # **Key equation (first order).** At $\rho = 1$ the surrogate's gradient is
-# $g = \frac1n\sum_s A_s \nabla_\theta \log\pi_\theta(o_s)$ (the KL term is small at $\beta = 0.02$).
+# $g = \frac1n\sum_s A_s \nabla_\theta \log\pi_\theta(o_s)$ (the KL term adds little while $\pi$ stays near $\pi_\text{ref}$; $\beta = 0.1$ here).
 # A step $\Delta\theta = \eta P g$ with a positive diagonal preconditioner $P$ ($I$ for SGD,
 # $\text{diag}(1/\sqrt{\hat v})$ for Adam's adaptive scaling) changes each log-prob by
 # $\Delta\log\pi(o_t) \approx \nabla\log\pi(o_t)^\top \Delta\theta$, so

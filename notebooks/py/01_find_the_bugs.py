@@ -767,8 +767,10 @@ plt.show()
 
 # %% [markdown]
 # **Log symptom.** The logged `kl` measures the wrong quantity (6.0296 instead of 1.0443 above) but stays
-# $\ge 0$, so no sign check fires. **Regime.** With the default $\beta = 0.02$ the penalty is small and B8's
-# run ends close to the fixed one (notebook 01 §13); notebook 04 shows what the KL term does at larger $\beta$.
+# $\ge 0$, so no sign check fires. **Regime.** With the default $\beta = 0.1$ and a policy that stays near its SFT
+# reference in a short run, B8's run ends level with the fixed one (notebook 01 §13); in longer runs its wrong
+# gradient pushes the policy away from the reference (notebook 03 §6 sees its gradient norm spike at
+# iteration 3); notebook 04 shows what the KL term does at other $\beta$.
 # **Caught by** preflight *KL estimator is unbiased for KL(pi || ref)*.
 #
 # > **You should know.** k3 $= r - \log r - 1$ with $r = \pi_{\text{ref}}/\pi$, on samples from $\pi$. It is
@@ -1140,7 +1142,7 @@ assert f"{runs['fixed'][0]['reward']:.3f} {skipped['B2']}" == "0.359 36"
 # %% [markdown]
 # What the table shows (one seed, one short run, so treat gaps of a few hundredths as noise):
 # - **The fixed trainer learns, slowly at this size**: from 0.359 at iteration 0 (the SFT model) to a final
-#   0.419 after 20 iterations of 8 prompts (the default run, 70 x 16, reaches about 0.67). The fully buggy
+#   0.419 after 20 iterations of 8 prompts (the default run, 70 x 16, goes further). The fully buggy
 #   trainer ends at 0.014.
 # - **Single bugs that cost reward here**: B1 (0.017: the sampler draws from the wrong distribution, so the
 #   SFT model's answers are lost) and B6 (0.280: the model is trained on a shifted conditional). B4 (0.345) and

@@ -185,7 +185,8 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 # **Question.** After an update, which way does each token's ratio move?
 #
 # **Key equation (first order).** At $\rho = 1$ the surrogate's gradient is
-# $g = \frac1n\sum_s A_s \nabla_\theta \log\pi_\theta(o_s)$ (the KL term adds little while $\pi$ stays near $\pi_\text{ref}$; $\beta = 0.1$ here).
+# $g = \frac1n\sum_s A_s \nabla_\theta \log\pi_\theta(o_s)$
+# (the KL term adds little while $\pi$ stays near $\pi_\text{ref}$; $\beta = 0.1$ here).
 # A step $\Delta\theta = \eta P g$ with a positive diagonal preconditioner $P$ ($I$ for SGD,
 # $\text{diag}(1/\sqrt{\hat v})$ for Adam's adaptive scaling) changes each log-prob by
 # $\Delta\log\pi(o_t) \approx \nabla\log\pi(o_t)^\top \Delta\theta$, so
@@ -220,6 +221,9 @@ assert same == 0
 assert all(pos > 1 > neg and w > 0 for k, pos, neg, w, _ in drift[1:])  # the sign, at every step after 0
 lopsided = [(1 - neg) / (pos - 1) for k, pos, neg, _, _ in drift[1:]]  # A<0 drift / A>0 drift, k = 1..7
 print("(1 - mean rho A<0) / (mean rho A>0 - 1), k = 1..7:", " ".join(f"{x:.2f}" for x in lopsided))
+rows = [f"{pos:.4f} {neg:.4f} {w:+.4f}" for k, pos, neg, w, _ in drift]
+assert rows[1] == "1.0210 0.8845 +0.1186" and rows[7] == "1.0803 0.7890 +0.1855"  # the values the text quotes
+assert all(0.11 < w < 0.19 for *_, w, _ in drift[2:]) and all(0.53 <= round(a, 2) <= 0.70 for *_, a in drift[1:])
 assert all(x > 2 for x in lopsided)  # the A<0 tokens fall at least twice as far below 1 as the A>0 ones rise
 assert f"{lopsided[0]:.2f} {min(lopsided):.2f} {lopsided[6]:.2f}" == "5.49 2.63 2.63"  # the values the text quotes
 

@@ -15,8 +15,12 @@
 # # 00 — Start here: practising the round
 #
 # **The round.** You are handed a small GRPO trainer in PyTorch that runs without an exception and learns
-# poorly. You find its silent bugs with tiny inputs and fix them without changing a public signature; you
-# may be asked to write the spec's functions yourself; and the last 15 minutes are a discussion of the RL
+# poorly. It is an LM RL loop in miniature: a tiny causal language model (`tinylm.py`, loaded like a model
+# library's) starts from a supervised fine-tuned checkpoint for prompts "a+b=", and GRPO trains it on text
+# rewards: prompts of different lengths left-padded with an attention mask and position ids, completions
+# generated token by token with a key-value cache, decoded, and scored 1 when the text is the sum.
+# You find its silent bugs with tiny inputs and fix them without changing a public signature; you may be
+# asked to write the spec's functions yourself; and the last 15 minutes are a discussion of the RL
 # math behind the code you just fixed (ratio clipping, advantage normalisation, on- vs off-policy updates,
 # KL vs clipping, group baseline vs critic).
 #
@@ -47,13 +51,26 @@
 # %%
 import random
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 from IPython.display import display
 
 import workbook  # noqa: F401  (one torch thread)
-from interview import drill, drill_card, history, scratch, scratch_grader, spec_cases, splice
+from interview import (
+    drill,
+    drill_card,
+    grading,
+    history,
+    rounds,
+    sandbox,
+    scratch,
+    scratch_grader,
+    spec_cases,
+    splice,
+    verdicts,
+)
 
 work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice folder for this notebook
 
@@ -68,6 +85,38 @@ work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice 
 # symptom (level 1) to the fix (level 3). Each bug lives in one function and is graded there: a fix written
 # in another function (say, a softmax added by the caller of the sampler) leaves it "remaining". A round is
 # meant to take 45 minutes.
+#
+# A round file imports what the twins import, `grpo_support` (statistics, validation, the command line) and
+# `tinylm` (the model and the tokenizer), and starts from the SFT checkpoint `checkpoints/addition_sft`,
+# whose path `grpo_support.CHECKPOINTS` resolves next to `grpo_support.py`, not next to the round: run from
+# `practice/` (or graded from a temporary copy) it finds the same checkpoint (`make sft` rebuilds it). Here is
+# a 3-bug round's imports and its task, written into the throw-away folder:
+
+# %%
+round_text = rounds.round_source(1, 3, datetime(2026, 1, 1, tzinfo=UTC))
+(work / "round_1.py").write_text(round_text)
+imports = [line.split()[1] for line in round_text.splitlines() if line.startswith(("import ", "from "))]
+print(round_text.splitlines()[0])
+print("imports:", ", ".join(imports))
+demo = sandbox.load_module("practice_demo_round", round_text, str(work / "round_1.py"))
+print("checkpoint:", demo.AdditionTask.checkpoint.relative_to(rounds.ROOT), "exists:",
+      (demo.AdditionTask.checkpoint / "model.pt").is_file())
+assert {"torch", "grpo_support", "tinylm"} <= set(imports)
+assert (demo.AdditionTask.checkpoint / "model.pt").is_file()
+
+# %% [markdown]
+# `make grade` judges each edited function inside the fixed twin: a bug counts as fixed when that function
+# passes every spec test and every catalog test there, and a short training run with it stays in the fixed
+# twin's band. The short run is small, so that a grade takes seconds; the band only guards against a fix
+# that wrecks training (on a run this short the reward barely moves from the SFT model's, so most bugs are
+# told apart by the tests, not by the reward; `interview/verdicts.py` says how the band was measured):
+
+# %%
+B, G = grading.TRAIN_OVERRIDES["prompts_per_batch"], grading.TRAIN_OVERRIDES["group_size"]
+print(f"short run: {grading.TRAIN_STEPS} iterations of B = {B} prompts x G = {G} samples, seed 0; its reward is "
+      f"the mean of the last {verdicts.BAND_LAST}, and a fix may end at most {verdicts.BAND_TOLERANCE} below "
+      f"the fixed twin's own short run")
+assert (grading.TRAIN_STEPS, B, G, verdicts.BAND_LAST, verdicts.BAND_TOLERANCE) == (8, 10, 8, 4, 0.15)
 
 # %% [markdown]
 # ## 2. Write it from scratch

@@ -6,12 +6,14 @@ functions replaced, optionally with a wrapper around one of the copy's own funct
 KL penalty to the rewards, masks truncated completions, or resamples groups). The code each variant teaches
 (the equation) lives in the notebook; this module only runs, records and caches.
 
-    run = train_variant("dr_grpo", task, functions={"grpo_loss": dr_grpo_loss}, steps=40)  # cached by its inputs
+    run = train_variant("dr_grpo", task, functions={"grpo_loss": dr_grpo_loss}, steps=20)  # cached by its inputs
     run = train_variant("kl_reward", task, wrap={"rollout": kl_in_reward(0.1)})  # wrap: factory(module) -> fn
 
 Every run records, per iteration, the trainer's own stats dict (`run.history`) and the sampled
 completions' rewards, lengths and truncation flags (`run.samples`), plus whatever a `probe(module,
-policy, batch, cfg) -> dict` returns after each update (`run.probes`).
+policy, batch, cfg) -> dict` returns after each update (`run.probes`). Lengths and truncation are read off
+the completion tokens (EOS = the tokenizer's eos_token_id), not off the decoded text: a fresh TinyLM also
+samples PAD and BOS, which decode to nothing, so a text can look shorter than the completion that made it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 import grpo_fixed
 from workbook.swap import fixed_with
+from workbook.tasks import EchoTask
 
 
 def completion_lengths(completions, eos_id: int):
@@ -70,12 +73,12 @@ def _recording(module, run: Run, probe):
     iteration appends to run.samples and, with a probe, to run.probes."""
     rollout, update_policy = module.rollout, module.update_policy
 
-    def rollout_spy(policy, ref_policy, task, cfg, generator):
-        batch, stats = rollout(policy, ref_policy, task, cfg, generator)
+    def rollout_spy(policy, ref_policy, tokenizer, task, cfg, generator):
+        batch, stats = rollout(policy, ref_policy, tokenizer, task, cfg, generator)
         completions = batch["completions"]  # (N, T)
         run.samples.append(dict(reward=batch["rewards"].clone(),
-                                length=completion_lengths(completions, task.eos_id),
-                                truncated=truncated(completions, task.eos_id)))
+                                length=completion_lengths(completions, tokenizer.eos_token_id),
+                                truncated=truncated(completions, tokenizer.eos_token_id)))
         return batch, stats
 
     def update_spy(policy, optimizer, batch, cfg, generator):
@@ -103,13 +106,14 @@ def _key_of(label, functions, wrap, task, seed, cfg, probe):
 
 def train_variant(label: str, task=None, *, seed: int = 0, wrap: dict | None = None, probe=None,
                   functions: dict | None = None, **overrides) -> Run:
-    """Build the variant (swap.fixed_with(label, wrap=wrap, **functions)), train it on `task` (default EchoTask)
-    with `overrides`, and record it (see Run). Cached: the same inputs return the same Run object without training.
+    """Build the variant (swap.fixed_with(label, wrap=wrap, **functions)), train it on `task` (default
+    workbook.tasks.EchoTask) with `overrides`, and record it (see Run). Cached: the same inputs return the same
+    Run object without training.
 
     `functions` maps twin function names to replacements (a dict, so that config overrides and
     function names cannot collide)."""
     functions = functions or {}
-    task = grpo_fixed.EchoTask() if task is None else task
+    task = EchoTask() if task is None else task
     cfg = grpo_fixed.make_config(**overrides)  # validates; a frozen dataclass, hashable
     key = _key_of(label, functions, wrap, task, seed, cfg, probe)
     if key in _RUNS:
@@ -135,7 +139,8 @@ def log_ratio_spread(module, policy, batch, cfg):
     """After an update, the log-ratios the next rollout's first step would replace: log(pi / pi_old) per
     token and its mean per completion (log s, GSPO's sequence ratio). -> their stds, and the fraction of
     tokens / completions whose ratio is outside [1 - clip, 1 + clip]."""
-    logp = module.policy_logprobs(policy, batch["prompts"], batch["completions"], cfg.temperature)  # (N, T)
+    logp = module.policy_logprobs(policy, batch["prompt_ids"], batch["prompt_mask"], batch["completions"],
+                                  batch["mask"], cfg.temperature)  # (N, T)
     mask = batch["mask"]
     log_ratio = torch.where(mask, logp - batch["old_logprobs"], 0.0)  # (N, T)
     token_log = log_ratio[mask]  # (n_tokens,)

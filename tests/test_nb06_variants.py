@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import grpo_fixed
+from tinylm import CharTokenizer
 from workbook import nb06_variants
 from workbook.swap import fixed_with
-from workbook.tasks import RambleTask
+from workbook.tasks import EchoTask, RambleTask
 from workbook.widgets import choice
 
 TINY = dict(steps=2, prompts_per_batch=2, group_size=2, minibatches=1, inner_epochs=1)
@@ -79,20 +80,28 @@ def test_a_variant_rejects_unknown_sites():
 
 
 def test_completion_lengths_and_truncation():
-    eos = 0
-    completions = torch.tensor([[3, 1, eos, eos], [eos, eos, eos, eos], [2, 2, 2, eos], [4, 4, 4, 4]])
-    assert nb06_variants.completion_lengths(completions, eos).tolist() == [3, 1, 4, 4]
-    assert nb06_variants.truncated(completions, eos).tolist() == [False, False, False, True]
+    tokenizer = CharTokenizer(RambleTask.alphabet)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id  # PAD after the first EOS, as generate() writes it
+    assert (eos, pad) == (2, 0)  # the ids the rows below are written with
+    completions = torch.tensor([[3, 4, eos, pad], [eos, pad, pad, pad], [5, 5, 5, eos], [6, 6, 6, 6], [7, pad, 7, 7]])
+    assert nb06_variants.completion_lengths(completions, eos).tolist() == [3, 1, 4, 4, 4]
+    # a PAD sampled mid-completion (a fresh TinyLM does) is not an EOS: the last row ran to the limit
+    assert nb06_variants.truncated(completions, eos).tolist() == [False, False, False, True, True]
 
 
 def test_lengths_agree_with_the_generator_mask():
-    """completion_lengths from the tokens alone equals the mask length generate() returns."""
+    """completion_lengths from the tokens alone equals the mask length generate() returns, on a fresh TinyLM
+    (RambleTask: some completions stop, some run to the limit, some hold a PAD or BOS)."""
     task = RambleTask()
-    g = torch.Generator().manual_seed(0)
-    policy = grpo_fixed.TinyPolicy(task.vocab_size)
-    prompts = task.prompts(64, g)
-    completions, mask, _, _ = grpo_fixed.generate(policy, prompts, task, 1.0, g)
-    assert torch.equal(nb06_variants.completion_lengths(completions, task.eos_id), mask.sum(dim=1))
+    policy, _, tokenizer, _, g = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)
+    encoded = tokenizer(task.prompts(64, g), padding_side="left")
+    completions, mask, _, _ = grpo_fixed.generate(policy, tokenizer, encoded["input_ids"], encoded["attention_mask"],
+                                                  task.max_completion_length, 1.0, g)
+    lengths = nb06_variants.completion_lengths(completions, tokenizer.eos_token_id)
+    cut = nb06_variants.truncated(completions, tokenizer.eos_token_id)
+    assert torch.equal(lengths, mask.sum(dim=1))
+    assert cut.any() and not cut.all() and torch.equal(cut, lengths.eq(task.max_completion_length) & ~(
+        completions[:, -1] == tokenizer.eos_token_id))
 
 
 # ---- train_variant: recording and caching -------------------------------------------------------------
@@ -126,13 +135,14 @@ def test_sample_mean_filters_and_gives_nan_when_nothing_is_selected():
 
 def test_same_inputs_return_the_cached_run_without_training(monkeypatch):
     first = nb06_variants.train_variant("test_cache", **TINY)
+    assert first.samples[0]["length"].max() <= EchoTask.max_completion_length  # the default task: EchoTask
     monkeypatch.setattr(nb06_variants, "fixed_with", lambda *a, **k: pytest.fail("a cached run was rebuilt"))
     assert nb06_variants.train_variant("test_cache", **TINY) is first
     assert nb06_variants.cached_runs() == 1
 
 
 @pytest.mark.parametrize("change", [dict(seed=1), dict(label="test_cache_other"), dict(lr=1e-3),
-                                    dict(task=RambleTask())])
+                                    dict(task=RambleTask()), dict(task=grpo_fixed.AdditionTask())])
 def test_any_input_change_is_a_different_run(change):
     base = dict(label="test_cache", task=None, seed=0) | TINY
     first = nb06_variants.train_variant(**base)

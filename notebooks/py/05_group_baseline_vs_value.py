@@ -30,9 +30,10 @@
 #    bias of per-sequence normalisation (the Dr. GRPO critique), per-token credit on long horizons,
 #    non-resettable environments; and what the wrong reshape axis (bug B9) does to the baseline.
 #
-# Everything uses the twins' own building blocks. The formulas taught here are defined in the notebook's
-# cells; `workbook/nb05_critic.py` holds the machinery: the critic's training loop (the twin's loop with another
-# advantage), exact enumeration of EchoTask, the sampling experiment and the figures.
+# Everything uses the twins' own building blocks: the LM loop in miniature (AdditionTask, prompts "a+b=", a
+# TinyLM from the SFT checkpoint, rewards on the decoded text). The formulas taught here are defined in the
+# notebook's cells; `workbook/nb05_critic.py` holds the machinery: the critic's training loop (the twin's loop
+# with another advantage), the exact values of AdditionTask's prompts, the sampling experiment and the figures.
 
 # %%
 import functools
@@ -52,10 +53,12 @@ from workbook.tasks import SparseMatchTask
 from workbook.widgets import live_plot, set_value, slider
 
 started, started_cpu = time.perf_counter(), time.process_time()
-task = grpo_fixed.EchoTask()
+task = grpo_fixed.AdditionTask()
+tokenizer = grpo_fixed.CharTokenizer(task.alphabet)
 B2, B9 = catalog.hybrid("B2"), catalog.hybrid("B9")
-print(f"EchoTask: vocab {task.vocab_size}, prompt length {task.prompt_length}, "
-      f"max completion {task.max_completion_length}")
+lengths = sorted({len(p) for p in nb05_critic.all_prompts(task)})
+print(f"AdditionTask: vocab {tokenizer.vocab_size}, prompts 'a+b=' of {lengths[0]}-{lengths[-1]} characters, "
+      f"max completion {task.max_completion_length} tokens (EOS included), checkpoint {task.checkpoint.name}")
 
 # %% [markdown]
 # ## 1. The group mean is a Monte-Carlo estimate of $V(x)$
@@ -134,7 +137,8 @@ assert torch.allclose(std_normalised(rloo_adv), twins, atol=1e-6)  # equal up to
 # straight line in $v$. The plain group mean has $\kappa = (G-1)/G$, RLOO $\kappa = 1$.
 # The std-normalised advantage divides by $\hat\sigma$, computed from the same samples, $r_i$ included: a sample
 # far from the rest inflates the very std that divides it, so $a(v)$ bends. Tiny input: one prompt whose reward
-# takes the four EchoTask levels $0, \frac13, \frac23, 1$ with probabilities $0.5, 0.2, 0.2, 0.1$, $G = 4$; all
+# takes four graded levels $0, \frac13, \frac23, 1$ (a partial-credit reward; AdditionTask's is binary) with
+# probabilities $0.5, 0.2, 0.2, 0.1$, $G = 4$; all
 # $4^4 = 256$ groups enumerated exactly, the twins' `group_advantage` on each.
 
 # %%
@@ -213,9 +217,9 @@ assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
 #
 # **Question.** What exactly does a critic replace, and what does it cost?
 #
-# The harness in `workbook/nb05_critic.py` keeps everything of `grpo_fixed` (TinyPolicy, `setup_run`,
-# `rollout`/`generate`, cached old and reference log-probs, `grpo_loss`, KL, `optimizer_step`) and changes only
-# the advantage:
+# The harness in `workbook/nb05_critic.py` keeps everything of `grpo_fixed` (the TinyLM policy from the SFT
+# checkpoint, `setup_run`, `rollout`/`generate` with left-padded prompts, cached old and reference log-probs,
+# `grpo_loss`, KL, `optimizer_step`) and changes only the advantage:
 #
 # * `group`: $A_i = (r_i - \bar r)/(\text{std}(r)+\epsilon)$ within the prompt's group
 #   (`grpo_fixed.batch_advantages`, one advantage per sequence);
@@ -223,10 +227,14 @@ assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
 # * `none`: $A_i = r_i$ (REINFORCE, no baseline).
 #
 # `critic` and `none` divide by the batch std of their advantages (PPO's normalisation, *without*
-# centring, so the baseline is the critic's alone). The critic is a TinyPolicy whose head outputs one
-# number; `grpo_fixed.completion_logits` already returns the output at the state $s_t$ where token $t$ is
-# chosen, so $V_\phi(s_t)$ needs no new alignment code. The critic's code is the next three cells; the
-# harness runs it as written.
+# centring, so the baseline is the critic's alone). The critic (`ValueModel`) is a second TinyLM loaded from
+# the same SFT checkpoint, with a zero-initialised scalar head on its last hidden state in place of the
+# vocabulary projection: $V_\phi = 0$ everywhere at the start. Real PPO for LLMs does the same at full size: a
+# value model as large as the policy, initialised from the reward model or the SFT model.
+# `grpo_fixed.completion_logits` already returns the output at the state $s_t$ (prompt plus the first $t$
+# completion tokens, with the padded batch's attention mask and positions) where token $t$ is chosen, so
+# $V_\phi(s_t)$ needs no new alignment code. The critic's code is the next three cells; the harness runs it as
+# written.
 #
 # **GAE.** $\delta_t = r\,[t\text{ is the last token}] + V_\phi(s_{t+1}) - V_\phi(s_t)$,
 # $A_t = \delta_t + \lambda A_{t+1}$; $\lambda=1$ gives $A_t = r - V_\phi(s_t)$ (Monte Carlo), $\lambda=0$ the
@@ -291,9 +299,10 @@ assert torch.equal(per_token, per_sequence)
 # $\hat R_t = A_t + V_{\phi_\text{old}}(s_t)$ (fixed at rollout time) with
 # $\tfrac12\,\text{masked\_mean}\big((V_\phi(s_t) - \hat R_t)^2\big)$, its own Adam, on the same minibatches.
 # Explained variance $1 - \text{Var}(\hat R - V)/\text{Var}(\hat R)$ (cleanrl logs it) is 1 only for a critic
-# that predicts every realised return; with stochastic returns even the true $V(s_t)$ scores less, about
-# $\text{Var}(V)/\text{Var}(\hat R)$. Any constant prediction scores 0, and a constant offset does not change
-# it: a critic that is off by the same amount everywhere scores like one that is not.
+# that predicts every realised return up to a constant offset; with stochastic returns even the true $V(s_t)$
+# scores less, about $\text{Var}(V)/\text{Var}(\hat R)$. Any constant prediction scores 0 (a negative score is
+# worse than the best constant), and a constant offset does not change it: a critic that is off by the same
+# amount everywhere scores like one that is not.
 
 # %%
 def value_loss(values, targets, mask):
@@ -328,8 +337,10 @@ CRITIC_FNS = nb05_critic.CriticFunctions(gae_advantages, token_grpo_loss, value_
 # %% [markdown]
 # The harness is the twin: with `baseline="group"` its loop gives `grpo_fixed.train`'s statistics number for
 # number (`tests/test_nb05_critic.py` checks it; the harness only skips the preflight probes `train` runs first).
-# The three runs of this notebook, each computed once: EchoTask, `steps=30, prompts_per_batch=8`, $G=8$,
-# seed 0. The critic run keeps a snapshot of its policy and critic at iteration 20 for notebook 05 §3.
+# The three runs of this notebook, each computed once: AdditionTask from the SFT checkpoint,
+# `steps=30, prompts_per_batch=8`, $G=8$, seed 0 (the default run is 70 iterations of 16 prompts; these are
+# shortened to keep the notebook fast). The critic run keeps a snapshot of its policy and critic at iteration 20
+# for notebook 05 §3.
 
 # %%
 RUN = dict(steps=30, prompts_per_batch=8)
@@ -346,38 +357,48 @@ print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in fin
 #
 # **Question.** How good an estimate of $V(x)$ is each baseline, as a function of $G$?
 #
-# On EchoTask every quantity is computable exactly: 25 prompts, and every completion is one of
-# $K = 1 + 5 + 25 + 125 + 625 = 781$ token strings, so
-# $V(x) = \sum_k \pi(o_k|x)\,r(x,o_k)$ with the probabilities from `policy_logprobs`. We take the critic
-# run's policy **and critic** at iteration 20 (mid-training: prompt values spread out), compute $V(x)$ exactly,
-# then draw rollout batches of $B=16$ prompts $\times$ $G$ from the exact reward distribution. The error of the
-# advantage is $\hat A_i - A^*_i = V(x) - b_i$, so we report $\mathbb{E}[(b_i - V(x))^2]$, split into the squared
-# per-prompt bias and the variance.
+# On AdditionTask every value is computable exactly: the reward is 1 for exactly one completion (the digits of
+# $a+b$, then EOS) and 0 for every other, so the value of a prompt is one sequence probability,
+# $V(x) = \prod_t \pi_T(o^*_t \mid x, o^*_{<t})$ under the sampling distribution $\text{softmax}(\text{logits}/T)$,
+# and its reward is Bernoulli($V(x)$), with variance $\sigma^2(x) = V(1-V)$. One forward pass over the 2500
+# prompts with their answers gives all of them (`answer_logprobs`, `exact_outcomes`). We take the critic run's
+# policy **and critic** at iteration 20, compute $V(x)$ exactly, then draw rollout batches of $B=16$ prompts
+# $\times$ $G$ from the exact reward distribution. To measure each baseline's bias *per prompt* we need many
+# groups of every prompt, so the experiment draws from 50 of the 2500 prompts (a seeded random subset). The
+# error of the advantage is $\hat A_i - A^*_i = V(x) - b_i$, so we report $\mathbb{E}[(b_i - V(x))^2]$, split
+# into the squared per-prompt bias and the variance.
 
 # %%
 policy20, critic20 = snapshots["critic"][SNAPSHOT]
-prompts = nb05_critic.all_prompts(task)  # (25, P)
-probs, outcome_rewards = nb05_critic.exact_outcomes(policy20, task, prompts, grpo_fixed.Config.temperature)  # (25, K)
-value = (probs * outcome_rewards).sum(1)  # (25,) exact V(x)
-sigma2 = (probs * (outcome_rewards - value[:, None]) ** 2).sum(1)  # (25,) within-prompt reward variance
-critic_value = nb05_critic.critic_prompt_values(critic20, prompts, task)  # (25,) V_phi(s_0)
-print(f"prompts {tuple(prompts.shape)}, completions K = {probs.shape[1]}, "
-      f"sum_k p = {probs.sum(1).min():.6f}..{probs.sum(1).max():.6f}")
-print(f"V(x): mean {value.mean():.3f}, min {value.min():.3f}, max {value.max():.3f}, "
+T_SAMPLE = grpo_fixed.Config.temperature
+every = nb05_critic.all_prompts(task)  # 2500 strings
+all_probs, _ = nb05_critic.exact_outcomes(policy20, tokenizer, every, T_SAMPLE)  # (2500, 2): [1 - V, V]
+subset = torch.randperm(len(every), generator=torch.Generator().manual_seed(0))[:50].sort().values  # (50,)
+prompts = [every[i] for i in subset.tolist()]
+probs, outcome_rewards = nb05_critic.exact_outcomes(policy20, tokenizer, prompts, T_SAMPLE)  # (50, 2) each
+value = (probs * outcome_rewards).sum(1)  # (50,) exact V(x)
+sigma2 = (probs * (outcome_rewards - value[:, None]) ** 2).sum(1)  # (50,) within-prompt reward variance
+critic_value = nb05_critic.critic_prompt_values(critic20, tokenizer, prompts).double()  # (50,) V_phi(s_0)
+print(f"all 2500 prompts: mean V(x) {all_probs[:, 1].mean():.3f} (the snapshot's expected reward), "
+      f"min {all_probs[:, 1].min():.4f}, max {all_probs[:, 1].max():.3f}")
+print(f"the 50-prompt subset: V(x) mean {value.mean():.3f}, min {value.min():.3f}, max {value.max():.3f}, "
       f"Var_x V = {value.var(unbiased=False):.4f};  E_x sigma^2(x) = {sigma2.mean():.4f}")
-critic_error = critic_value - value  # (25,)
+critic_error = critic_value - value  # (50,)
 lag = critic_error.mean()
 corr = torch.corrcoef(torch.stack([value, critic_value]))[0, 1]
 print(f"critic V_phi(s_0): mean error {lag:+.4f} (lag), corr with V {corr:.3f}, MSE {critic_error.pow(2).mean():.4f}"
       f" = lag^2 {lag**2:.4f} + rest {critic_error.var(unbiased=False):.4f}")
-assert probs.shape[1] == 781 and (probs.sum(1) - 1).abs().max() < 1e-5
-assert lag < 0 and lag**2 > critic_error.var(unbiased=False)  # most of the critic's error is lag
+assert torch.allclose(probs.sum(1), torch.ones(50, dtype=probs.dtype)) and torch.equal(probs, all_probs[subset])
+assert torch.allclose(sigma2, value * (1 - value))  # Bernoulli
+assert critic_error.var(unbiased=False) > 5 * lag**2  # most of the critic's error is per prompt, not lag
 
 # %% [markdown]
 # The baselines compared: none, the group mean and leave-one-out (notebook 05 §1), the critic's $V_\phi(s_0)$,
 # and B9's. Bug B9 reshapes the prompt-major rewards `view(G, B)` instead of `view(B, G)`, so each "group" is a
 # row of $B$ consecutive rewards (notebook 01 §10). As code, and on a tiny batch of graded rewards
-# (multiples of 1/3, like EchoTask's), $B = 4$ prompts $\times$ $G = 2$, next to the twins' own
+# (multiples of 1/3, a partial-credit reward: with AdditionTask's binary rewards no sign can flip, since a
+# success is never below a mean of rewards nor a failure above one), $B = 4$ prompts $\times$ $G = 2$, next to
+# the twins' own
 # `batch_advantages`, fixed and B9:
 
 # %%
@@ -434,8 +455,8 @@ baselines = {
     "critic": lambda r, G, slots: critic_value[slots],
     "B9 wrong axis": lambda r, G, slots: wrong_axis_baseline(r, G),
 }
-errors = nb05_critic.baseline_experiment(probs, outcome_rewards, Gs, baselines, B=16, repeats=200,
-                               no_reset={"no reset": baselines["group mean"]})
+errors = nb05_critic.baseline_experiment(probs, outcome_rewards, Gs, baselines, B=16, repeats=400,
+                                         no_reset={"no reset": baselines["group mean"]})
 names = ["no baseline", "group mean", "leave-one-out", "critic", "B9 wrong axis", "no reset"]
 print("  G  " + "".join(f"{n:>15s}" for n in names) + "   sigma^2/G")
 for G in (2, 4, 8, 16, 32):
@@ -444,26 +465,37 @@ mse = {n: torch.tensor([errors[G][n]["mse"] for G in Gs]) for n in names}  # (le
 first_better = next(G for G in Gs if errors[G]["group mean"]["mse"] < errors[G]["critic"]["mse"])
 print(f"the group mean beats the critic from G = {first_better} on;  B9 bias^2 at G = 16: "
       f"{errors[16]['B9 wrong axis']['bias2']:.5f}, at G = 32: {errors[32]['B9 wrong axis']['bias2']:.5f}")
-assert first_better == 3 and all(errors[G]["group mean"]["mse"] < errors[G]["critic"]["mse"] for G in Gs[1:])
+B9_AT_2 = sigma2.mean() / 16 + 7 / 8 * value.var(unbiased=False)  # 16 rewards of 8 prompts, one of them x's own
+print(f"B9 at G = 2: measured MSE {errors[2]['B9 wrong axis']['mse']:.4f}, predicted "
+      f"E sigma^2 / 16 + 7/8 Var_x V = {B9_AT_2:.4f}")
+later = [G for G in Gs if G > first_better]
+assert first_better == 7 and all(errors[G]["group mean"]["mse"] < errors[G]["critic"]["mse"] for G in later)
 assert all(errors[G]["leave-one-out"]["mse"] > errors[G]["group mean"]["mse"] for G in (2, 3, 4))
 assert all(abs(errors[G]["no baseline"]["mse"] / value.pow(2).mean() - 1) < 0.05 for G in Gs)  # E[V^2]
 var_v = value.var(unbiased=False).item()
-assert abs(errors[2]["B9 wrong axis"]["mse"] / var_v - 1) < 0.05  # G = 2: B9 is nearly a batch-mean baseline
+assert abs(errors[2]["B9 wrong axis"]["mse"] / B9_AT_2 - 1) < 0.05  # G = 2: B9 is nearly a batch-mean baseline
 assert all(abs(errors[G]["group mean"]["mse"] / (sigma2.mean() / G) - 1) < 0.15 for G in Gs)  # sigma^2 / G
 assert mse["critic"].max() / mse["critic"].min() < 1.1  # flat in G
 assert all(errors[G]["critic"]["bias2"] / errors[G]["critic"]["mse"] > 0.95 for G in Gs)  # all of it bias
-assert all(errors[G]["B9 wrong axis"]["bias2"] < 1e-4 for G in (16, 32))  # B divides G: no bias
+assert all(errors[16]["B9 wrong axis"][k] == errors[16]["group mean"][k] for k in ("mse", "bias2"))  # B = G: same
+floor = errors[16]["group mean"]["bias2"]  # the bias^2 estimate of an unbiased 16-sample mean: sampling noise
+assert errors[32]["B9 wrong axis"]["bias2"] < 2 * floor  # B divides G: no bias
 assert all(errors[G]["B9 wrong axis"]["bias2"] > 10 * errors[G]["group mean"]["bias2"] for G in (4, 8))
 assert abs(errors[32]["B9 wrong axis"]["mse"] / (sigma2.mean() / 16) - 1) < 0.15  # half a group: 16 samples
+quoted = {"B9 at G=2": (errors[2]["B9 wrong axis"]["mse"], 0.0480), "predicted": (B9_AT_2, 0.0472),
+          "sigma^2/2": (sigma2.mean() / 2, 0.1049), "group mean at G=2": (errors[2]["group mean"]["mse"], 0.1028),
+          "lag": (lag, -0.0244), "corr": (corr, 0.462)}
+assert all(abs(x - q) < 6e-4 if name == "corr" else abs(x - q) < 6e-5 for name, (x, q) in quoted.items())  # prose
 
 # %% [markdown]
 # Reading the table (MSE of the baseline as an estimate of $V(x)$):
 #
 # * **group mean** follows $\mathbb{E}_x\sigma^2(x)/G$ (last column): pure variance, no bias.
 #   **Leave-one-out** has variance $\sigma^2/(G-1)$, larger at small $G$, but no correlation with $r_i$.
-# * **critic** is flat in $G$: its error is bias. The cell before splits it: most of it is *lag*, the critic
-#   still predicts the values of an older, worse policy. From $G = 3$ on, the group mean is the better
-#   baseline here.
+# * **critic** is flat in $G$: its error is bias. The cell before splits it: its mean error (the *lag* behind
+#   a policy that keeps improving) is small, $-0.0244$; most of it is per prompt: $V_\phi(s_0)$ correlates only
+#   0.462 with the exact $V(x)$, the critic has not learned which sums this policy gets right. From $G = 7$ on,
+#   the group mean is the better baseline here.
 # * **no baseline** is flat at $\mathbb{E}[V^2]$: the advantage carries the whole value of the prompt.
 # * **B9** averages a row of $B=16$ consecutive rewards. Where $B$ divides $G$ a row lies inside one group
 #   and the bias is zero: at $G = 16 = B$ a row *is* one group, at $G = 32$ it is half of one (no bias, the
@@ -531,8 +563,9 @@ plt.show()
 #
 # <details><summary>Answer: at G = 2, B9 has a <em>lower</em> MSE than the correct group mean. Is it better?</summary>
 #
-# At $G=2$ the B9 row averages 16 rewards from 8 prompts: nearly a batch-mean baseline, whose error (0.0189)
-# is close to $\text{Var}_x V = 0.0192$, below the two-sample mean's $\mathbb{E}\sigma^2/2$ (0.0243; measured 0.0234).
+# At $G=2$ the B9 row averages 16 rewards from 8 prompts: nearly a batch-mean baseline, whose error (0.0480)
+# is close to $\mathbb{E}\sigma^2/16 + \frac78\text{Var}_x V = 0.0472$ (the row's sampling noise, plus the other 7
+# prompts' values), below the two-sample mean's $\mathbb{E}\sigma^2/2$ (0.1049; measured 0.1028).
 # So at tiny $G$ a batch-wide baseline can beat the per-prompt one (the small-$G$ failure, notebook 05 §6.2).
 # But B9 also normalises by the std of the wrong row and gives whole rows zero advantage when they happen to
 # be constant, and it is only right by accident. The fix is the right axis, plus a larger $G$ or RLOO.
@@ -544,8 +577,9 @@ plt.show()
 # **Question.** Does the baseline matter for learning speed on the toy task?
 #
 # The three runs of notebook 05 §2. One seed each: a gap between two curves is not evidence about the methods
-# without more seeds. Right: the fraction of the group run's groups with zero reward variance, which rises
-# as EchoTask gets solved (notebook 05 §6.1).
+# without more seeds. Right: the fraction of the group run's groups with zero reward variance; it stays low,
+# since the SFT model gets every prompt right about 3 times in 10 (notebook 05 §6.1), and would rise as
+# prompts get solved.
 
 # %%
 fig, (ax_r, ax_z) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
@@ -556,16 +590,24 @@ plt.show()
 for name, h in runs.items():
     print(f"{name:6s}: reward at iteration 10 {h[10]['reward']:.3f}, 20 {h[20]['reward']:.3f}, "
           f"mean of the last 10 {final[name]:.3f}")
+start = {name: sum(s["reward"] for s in h[:5]) / 5 for name, h in runs.items()}
+spread = max(final.values()) - min(final.values())
+print(f"mean of the first 5 iterations: {', '.join(f'{k} {v:.3f}' for k, v in start.items())}; "
+      f"the last-10 means span {spread:.3f}")
 ev = [s["explained_variance"] for s in runs["critic"]]
 print(f"critic explained variance: mean {sum(ev) / len(ev):.3f}, max {max(ev):.3f}")
-assert min(final["group"], final["critic"]) > final["none"]  # both baselines beat none (this seed)
-assert abs(sum(ev) / len(ev)) < 0.1  # the critic explains about nothing on average
+assert all(final[name] > start[name] + 0.05 for name in runs)  # all three learn
+assert spread < 0.04  # within one seed's noise of each other
+assert abs(sum(ev) / len(ev)) < 0.1 and max(ev) < 0.1  # the critic explains about nothing
 
 # %% [markdown]
-# Both baselines beat no baseline on this seed (mean of the last 10 iterations above). The critic's
-# explained variance (1 = it predicts every realised return up to one constant offset, 0 = no better than
-# the best constant, < 0 = worse than it) hovers around 0:
-# with within-prompt reward noise and a moving policy it explains little. Explained variance is blind to a
+# All three runs learn, and on this seed they end within 0.04 of each other (mean of the last 10
+# iterations), no baseline included: a baseline changes the *variance* of the gradient, not its expectation,
+# and 30 short iterations of one seed cannot resolve a difference in variance (REINFORCE with rewards
+# in $\{0, 1\}$ is unbiased too). The critic's explained variance (1 = it predicts every realised return up to
+# one constant offset, 0 = no better than the best constant, < 0 = worse than it) hovers around 0, never
+# above 0.1: with Bernoulli rewards of $p \approx 0.3$-$0.5$ most of a return's variance is the coin flip,
+# which no $V(s_t)$ can predict, and the policy moves under the critic. Explained variance is blind to a
 # constant offset, so a critic that lags behind the policy by a fixed amount does not show here; its mean
 # error in notebook 05 §3 does.
 #
@@ -584,8 +626,8 @@ for name, counts in passes.items():
     print(f"{name}:")
     for (net, kind), (calls, rows) in counts.items():
         print(f"    {net:9s} {kind:16s} {calls:2d} calls, {rows:4d} rows")
-policy_params = nb05_critic.parameter_count(grpo_fixed.TinyPolicy(task.vocab_size, 64))
-critic_params = nb05_critic.parameter_count(nb05_critic.make_critic(task, 64))
+policy_params = nb05_critic.parameter_count(grpo_fixed.TinyLM.from_pretrained(task.checkpoint))
+critic_params = nb05_critic.parameter_count(nb05_critic.make_critic(task))  # + the scalar head
 # trained network: weights + grads + Adam's two moments = 4 copies; frozen reference: weights only
 print(f"parameters: policy {policy_params}, critic {critic_params}, reference {policy_params}")
 print(f"floats held for parameters: group {4 * policy_params + policy_params}, "
@@ -594,13 +636,17 @@ print(f"floats held for parameters: group {4 * policy_params + policy_params}, "
 N, steps = cfg.prompts_per_batch * cfg.group_size, cfg.inner_epochs * cfg.minibatches
 extra = {key: value for key, value in passes["critic"].items() if key not in passes["group"]}
 assert all(passes["critic"][key] == value for key, value in passes["group"].items())  # same policy passes
-assert passes["group"][("policy", "forward")] == (task.max_completion_length + 1, (task.max_completion_length + 1) * N)
+T = task.max_completion_length
+assert passes["group"][("policy", "forward")] == (T + 2, (T + 2) * N)  # prompt, T cached steps, old log-probs
+assert critic_params == policy_params + grpo_fixed.TinyLM.from_pretrained(task.checkpoint).config.d_model + 1
 assert 1.5 < (5 * policy_params + 4 * critic_params) / (5 * policy_params) < 2  # almost doubles
 assert extra == {("critic", "forward"): (1, N), ("critic", "forward+backward"): (steps, cfg.inner_epochs * N)}
 
 # %% [markdown]
 # Per iteration ($B=8$ prompts, $G=8$, 64 sequences), both variants generate the same 64 completions
-# (4 policy forwards over the growing prefix plus one to cache old log-probs, one reference forward) and
+# ($T + 2 = 7$ policy forwards: the left-padded prompts, then one per generated token with the KV cache, the
+# last one's output unused, then one over prompt + completion to cache the old log-probs; one reference
+# forward) and
 # run 4 minibatch forward+backward passes of the policy (2 inner epochs $\times$ 2 minibatches = 2 full-batch
 # equivalents). The critic adds 1 forward over the batch (values for GAE) and 4 minibatch forward+backward
 # passes, and almost doubles the floats held for parameters, gradients and Adam state.
@@ -623,65 +669,84 @@ for name, h in runs.items():
 # If all $G$ rewards are equal, $r_i - \bar r = 0$ for every sample: the group contributes no policy gradient
 # (only the KL term). For a binary reward with success probability $p$, the chance is
 # $z(p, G) = p^G + (1-p)^G$. It is large for hard prompts ($p \to 0$, early training, sparse rewards) and for
-# solved prompts ($p \to 1$, late training, the rising curve of notebook 05 §4), and it only falls like
+# solved prompts ($p \to 1$, late training; the short runs of notebook 05 §4 stay far from it), and it only falls like
 # $(1-p)^G \approx e^{-pG}$: a prompt with $p = 0.02$ needs $G \approx 50$ to give signal two times in three.
-# Measured on `SparseMatchTask` with a fresh policy (exact per-prompt $p(x)$ by enumeration; 200 prompts per
-# rollout):
+# Measured on AdditionTask with the SFT model (the start of every run; exact per-prompt $p(x) = V(x)$ for all
+# 2500 prompts as in notebook 05 §3; 200 prompts per rollout):
 
 # %%
-sparse = SparseMatchTask()
-sp_cfg = grpo_fixed.make_config(prompts_per_batch=200)
-fresh, fresh_ref, _, _ = grpo_fixed.setup_run(sparse, sp_cfg, seed=0)
-sp_probs, sp_rewards = nb05_critic.exact_outcomes(fresh, sparse, nb05_critic.all_prompts(sparse),
-                                                  grpo_fixed.Config.temperature)
-p_x = (sp_probs * sp_rewards).sum(1)  # (6,) exact success probability per prompt
-print("p(x) =", [f"{v:.4f}" for v in p_x])
+sft, sft_ref, _, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)
+p_x = nb05_critic.exact_outcomes(sft, tokenizer, every, T_SAMPLE)[0][:, 1]  # (2500,) exact success probability
+quartiles = torch.quantile(p_x, torch.tensor([0.1, 0.5, 0.9], dtype=p_x.dtype)).tolist()
+print(f"p(x): mean {p_x.mean():.3f}, 10/50/90% quantiles {quartiles[0]:.3f} / {quartiles[1]:.3f} / "
+      f"{quartiles[2]:.3f}, min {p_x.min():.3f}, max {p_x.max():.3f}")
 measured, predicted = {}, {}
-for G in (2, 4, 8, 16, 32):
-    _, stats = grpo_fixed.rollout(fresh, fresh_ref, sparse, grpo_fixed.make_config(prompts_per_batch=200, group_size=G),
-                          torch.Generator().manual_seed(G))
+for G in (2, 4, 8, 16):
+    _, stats = grpo_fixed.rollout(sft, sft_ref, tokenizer, task,
+                                  grpo_fixed.make_config(prompts_per_batch=200, group_size=G),
+                                  torch.Generator().manual_seed(G))
     measured[G], predicted[G] = stats["zero_var_groups"], (p_x**G + (1 - p_x) ** G).mean().item()
     print(f"G={G:2d}: zero-variance groups measured {measured[G]:.3f}, "
           f"predicted E_x[p^G + (1-p)^G] = {predicted[G]:.3f}")
 print(f"p = 0.02, G = 50: P(the group has signal) = 1 - 0.98^50 - 0.02^50 = {1 - 0.98**50 - 0.02**50:.3f}")
 assert all(abs(measured[G] - predicted[G]) < 0.05 for G in measured)  # 200 groups: within ~2.5 binomial std
 assert abs(1 - 0.98**50 - 0.02**50 - 2 / 3) < 0.05  # two times in three
+assert 0.2 < quartiles[0] and quartiles[2] < 0.4 and abs(p_x.mean() - 0.304) < 5e-4  # every prompt near 0.3
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
 grid = torch.linspace(0, 1, 201, dtype=torch.float64)
 for G, shade in zip((2, 4, 8, 16, 32), (0.85, 0.7, 0.55, 0.4, 0.2), strict=True):
     ax.plot(grid, grid**G + (1 - grid) ** G, color=str(shade * 0.8), label=f"G={G}")
-    ax.plot([p_x.mean()], [measured[G]], "o", color=plots.BUGGY, ms=4)
+    if G in measured:
+        ax.plot([p_x.mean()], [measured[G]], "o", color=plots.BUGGY, ms=4)
 ax.set_xlabel("success probability p of the prompt")
 ax.set_ylabel("P(group has zero variance)")
-ax.set_title("binary reward: p^G + (1-p)^G; dots: measured on SparseMatchTask at init")
+ax.set_title("binary reward: p^G + (1-p)^G; dots: measured on AdditionTask, SFT model")
 ax.legend(fontsize="small", ncol=5)
 plt.show()
 
 # %% [markdown]
 # With bug B2 (no $\epsilon$ in the std) a constant group is $0/0$: NaN advantages. One NaN makes the
-# minibatch loss NaN, and both twins' `optimizer_step` then skip the step. On the sparse task almost every
-# minibatch holds a constant group, so B2 never updates. Tiny input first, then 24 iterations each (the
-# harness of notebook 05 §2 with `module=B2`, the hybrid with only B2 switched on):
+# minibatch loss NaN, and both twins' `optimizer_step` then skip the step; the minibatches are random subsets of
+# the batch's rows, so one constant group's NaNs reach every minibatch of the iteration. How much that costs
+# depends on $z$: on AdditionTask from the SFT model a batch of 8 groups holds a constant one with probability
+# $1 - (1 - z)^8$; on a hard task (`SparseMatchTask`: "4=" -> "5", from a fresh TinyLM, start reward 0.007)
+# almost every group is constant. Tiny input first, then 24 iterations of each task and twin (the harness of
+# notebook 05 §2 with `module=B2`, the hybrid with only B2 switched on; 8 prompts per batch on AdditionTask, 16
+# on the sparse task):
 
 # %%
 constant = [0.0, 0.0, 0.0, 0.0]
 print("buggy group_advantage", B2.group_advantage(constant).tolist(),
       " fixed", grpo_fixed.group_advantage(constant).tolist())
-SPARSE_RUN = dict(steps=24, prompts_per_batch=8)
-sparse_runs = {"buggy": nb05_critic.train_with_baseline(sparse, module=B2, **SPARSE_RUN)[0],
-               "fixed": nb05_critic.train_with_baseline(sparse, **SPARSE_RUN)[0]}
-late = {}
-for name, h in sparse_runs.items():
-    skipped = sum(s["nonfinite_steps"] for s in h)
-    late[name] = final_reward(h)
-    print(f"{name:5s}: skipped {skipped} of {4 * len(h)} inner steps; NaN advantages in "
-          f"{sum(s['adv_nonfinite'] > 0 for s in h)} of {len(h)} batches; mean reward last 10 {late[name]:.3f}")
-assert all(s["nonfinite_steps"] == 4 for s in sparse_runs["buggy"]) and late["fixed"] > 10 * late["buggy"]
+sparse = SparseMatchTask()
+b2_runs = {(task_name, name): nb05_critic.train_with_baseline(t, module=m, steps=24, prompts_per_batch=b)[0]
+           for task_name, t, b in (("addition", task, 8), ("sparse", sparse, 16))
+           for name, m in (("buggy", B2), ("fixed", grpo_fixed))}
+sparse_runs = {name: b2_runs["sparse", name] for name in ("buggy", "fixed")}
+late, skipped, nan_batches = {}, {}, {}
+for key, h in b2_runs.items():
+    skipped[key], late[key] = sum(s["nonfinite_steps"] for s in h), final_reward(h)
+    nan_batches[key] = sum(s["adv_nonfinite"] > 0 for s in h)
+    zero = sum(s["zero_var_groups"] for s in h) / len(h)
+    print(f"{key[0]:8s} {key[1]:5s}: skipped {skipped[key]:2d} of {4 * len(h)} inner steps; NaN advantages in "
+          f"{nan_batches[key]:2d} of {len(h)} batches; zero-variance groups {zero:.3f}; "
+          f"mean reward last 10 {late[key]:.3f}")
+print("AdditionTask, G = 8: P(a batch of 8 groups holds a constant one) = 1 - (1 - z)^8 = "
+      f"{1 - (1 - predicted[8]) ** 8:.3f}")
+assert all(skipped[key] == 4 * nan_batches[key] for key in b2_runs)  # a NaN group skips all 4 inner steps
+assert skipped["addition", "fixed"] == skipped["sparse", "fixed"] == 0
+assert abs(nan_batches["addition", "buggy"] / 24 - (1 - (1 - predicted[8]) ** 8)) < 0.15
+assert skipped["sparse", "buggy"] == 96 and late["sparse", "fixed"] > 3 * late["sparse", "buggy"]  # never updates
+assert (skipped["addition", "buggy"], nan_batches["addition", "buggy"]) == (40, 10)  # prose
+assert all(abs(late[k] - q) < 6e-4 for k, q in zip(b2_runs, (0.425, 0.408, 0.005, 0.037), strict=True))  # prose
+sparse_zero = sum(s["zero_var_groups"] for s in b2_runs["sparse", "fixed"]) / 24
+assert abs(sparse_zero - 0.852) < 6e-4  # prose (self-check answer 3)
 
 # %%
-fig, axes = plots.buggy_vs_fixed("SparseMatchTask: B2 turns zero-variance groups into skipped steps", figsize=(9, 3.2))
+fig, axes = plots.buggy_vs_fixed("SparseMatchTask: B2 turns zero-variance groups into skipped steps",
+                                 figsize=(9, 3.2))
 for ax, (name, h) in zip(axes, sparse_runs.items(), strict=True):
     ax.plot([s["reward"] for s in h], color=plots.BUGGY if name == "buggy" else plots.FIXED, label="reward")
     ax.plot([s["zero_var_groups"] for s in h], color=plots.REFERENCE, ls="--", label="zero-variance groups")
@@ -691,6 +756,11 @@ for ax, (name, h) in zip(axes, sparse_runs.items(), strict=True):
 plt.show()
 
 # %% [markdown]
+# On AdditionTask B2 skipped 40 of 96 inner steps (every step of 10 of the 24 iterations) and still ended at
+# 0.425 against the fixed twin's 0.408: the steps it takes are the fixed twin's, it only takes fewer, and one
+# seed of 24 iterations does not show the loss. On the sparse task it never updates at all (0.005 against 0.037),
+# and nothing in the reward curve says why; the logged `nonfinite_steps` does.
+#
 # A critic keeps signal where the group has none: if all 8 samples of a prompt succeed and the critic
 # expected 0.9, every sample gets $A = +0.1$ ("better than expected"), while GRPO gives 0:
 
@@ -735,7 +805,7 @@ assert errors[2]["B9 wrong axis"]["mse"] < errors[2]["group mean"]["mse"]
 # %% [markdown]
 # A reward difference of 0.01 (say, reward-model noise) gets the same advantage as a full success vs
 # failure. At $G = 2$ on this snapshot even the accidental batch-wide mean of B9 estimates $V(x)$ better
-# than the group (0.0189 vs 0.0234). The fixes: a larger $G$, or a baseline that pools across prompts on
+# than the group (0.0480 vs 0.1028). The fixes: a larger $G$, or a baseline that pools across prompts on
 # purpose (a critic).
 #
 # ### 6.3 Std normalisation re-weights prompts (Dr. GRPO)
@@ -984,49 +1054,73 @@ plt.show()
 #
 # **Question.** GRPO broadcasts one advantage to every token. What does that lose?
 #
-# Exact per-token advantages on EchoTask: for one sampled completion, $V(s_t) = \mathbb{E}[r \mid o_{<t}]$ by
-# summing over the 781 enumerated completions that share the prefix; the true advantage of token $t$ is
-# $V(s_{t+1}) - V(s_t)$. We take the most probable completion with a partial reward under the iteration-20
-# policy.
+# Exact per-token advantages on AdditionTask. The reward is 1 only if every token is the answer's, so for a
+# sampled completion the exact value of the state after $t$ tokens is $V(s_t) = \prod_{u \ge t}
+# \pi_T(o^*_u \mid x, o^*_{<u})$ (the chance the rest comes out right) while the prefix $o_{<t}$ is the answer's,
+# and 0 once it is not (no way back); `answer_logprobs` gives the factors. The true advantage of token $t$ is
+# $V(s_{t+1}) - V(s_t)$ (with $V(s_L) = r$). We sample one completion of every prompt from the iteration-20
+# policy and take a *near miss* (a wrong answer whose first digit is right) on the prompt the policy answers
+# right most often.
 
 # %%
-def exact_prefix_values(probs, rewards, completions, mask, k):
-    """V(s_t) = E[r | o_<t = prefix of completion k] for t = 0..L_k, V(s_L) = r_k (the outcome).
-    probs, rewards (K,) for one prompt; completions, mask (K, T) every completion. -> (L_k + 1,)"""
-    length = int(mask[k].sum())
+def exact_prefix_values(answer_logprobs, answer_ids, completion, reward):
+    """V(s_t) for t = 0..L-1 and V(s_L) = r of one completion (L tokens): prod_{u >= t} pi(o*_u | x, o*_<u) while
+    completion[:t] == answer[:t], else 0. answer_logprobs, answer_ids: the answer's La tokens. -> (L + 1,)"""
     out = []
-    for t in range(length):
-        same = (completions[:, :t] == completions[k, :t]).all(1)  # (K,): completions sharing the prefix
-        out.append((probs[same] * rewards[same]).sum() / probs[same].sum())
-    return torch.stack([*out, rewards[k]])
+    for t in range(len(completion)):
+        on_track = completion[:t] == answer_ids[:t]
+        out.append(answer_logprobs[t:].sum().exp() if on_track else torch.zeros(()))
+    return torch.stack([*out, torch.tensor(float(reward))])
 
 
-completions, cmask = nb05_critic.all_completions(task)  # (K, T)
-partial = (outcome_rewards > 0) & (outcome_rewards < 1)  # (25, K)
-x_id = int(torch.where(partial, probs, 0.0).max(1).values.argmax())
-k_id = int(torch.where(partial[x_id], probs[x_id], 0.0).argmax())
-v_exact = exact_prefix_values(probs[x_id], outcome_rewards[x_id], completions, cmask, k_id)  # (L+1,)
-length = len(v_exact) - 1
-v_critic = nb05_critic.state_values(critic20, prompts[x_id : x_id + 1], completions[k_id : k_id + 1])
-v_critic = v_critic[0, :length].detach()
+enc = tokenizer(every, padding_side="left")
+with torch.no_grad():
+    sampled, smask, slogp, _ = grpo_fixed.generate(policy20, tokenizer, enc["input_ids"], enc["attention_mask"],
+                                                   task.max_completion_length, T_SAMPLE,
+                                                   torch.Generator().manual_seed(0))  # (2500, T) each
+texts = tokenizer.batch_decode(sampled, skip_special_tokens=True)
+answers = [nb05_critic.answer(x) for x in every]
+ans_logp, ans_mask = nb05_critic.answer_logprobs(policy20, tokenizer, every, T_SAMPLE)  # (2500, Ta)
+near_miss = [i for i, (o, a) in enumerate(zip(texts, answers, strict=True)) if o != a and o[:1] == a[0]]
+i = max(near_miss, key=lambda j: all_probs[j, 1].item())  # the near miss on the prompt most often answered right
+L = int(smask[i].sum())
+completion, answer_ids = sampled[i, :L].tolist(), tokenizer.encode(answers[i], add_bos=False) + [tokenizer.eos_token_id]
+reward = float(texts[i] == answers[i])
+v_exact = exact_prefix_values(ans_logp[i][ans_mask[i]], answer_ids, completion, reward)  # (L+1,)
+with torch.no_grad():
+    v_critic = nb05_critic.state_values(critic20, enc["input_ids"][i : i + 1], enc["attention_mask"][i : i + 1],
+                                        sampled[i : i + 1, :L], smask[i : i + 1, :L])  # (1, L)
 true_adv = v_exact[1:] - v_exact[:-1]  # (L,)
-grpo_adv, critic_adv = v_exact[-1] - value[x_id], v_exact[-1] - v_critic  # scalar, (L,)
-print(f"prompt {prompts[x_id].tolist()}, completion {completions[k_id, :length].tolist()}, "
-      f"p = {probs[x_id, k_id]:.4f}, reward {outcome_rewards[x_id, k_id]:.4f}, V(x) = {value[x_id]:.4f}")
-print(" t  token  V(s_t) exact  true A_t   GRPO-style A (r - V(x))  V_phi(s_t)  critic A_t (lambda=1)")
-for t in range(length):
-    print(f"{t:2d}  {completions[k_id, t].item():5d}  {v_exact[t]:12.4f}  {true_adv[t]:+8.4f}"
-          f"   {grpo_adv:+22.4f}  {v_critic[t]:10.4f}  {critic_adv[t]:+21.4f}")
-assert true_adv[1] < 0 < grpo_adv and critic_adv[1] > 0  # the mistake is pushed up by both
-assert abs(v_exact[0] - value[x_id]) < 1e-6
+grpo_adv = reward - all_probs[i, 1].item()  # one number for every token: r - V(x)
+critic_adv = {lam: gae_advantages(v_critic, torch.tensor([reward]), smask[i : i + 1, :L], lam)[0] for lam in (1.0, 0.0)}
+shown = [tokenizer.decode([tok]) if tok != tokenizer.eos_token_id else "EOS" for tok in completion]
+print(f"prompt {every[i]!r}, answer {answers[i]!r}, sampled {texts[i]!r} (p = {slogp[i][smask[i]].sum().exp():.4f}), "
+      f"reward {reward:.0f}, V(x) = {all_probs[i, 1]:.4f}; {len(near_miss)} near misses among 2500 samples")
+print(" t  token  V(s_t) exact  true A_t   GRPO A (r - V(x))  V_phi(s_t)  critic A_t lambda=1  lambda=0")
+for t in range(L):
+    print(f"{t:2d}  {shown[t]:>5s}  {v_exact[t]:12.4f}  {true_adv[t]:+8.4f}   {grpo_adv:+17.4f}  {v_critic[0, t]:10.4f}"
+          f"  {critic_adv[1.0][t]:+19.4f}  {critic_adv[0.0][t]:+8.4f}")
+assert abs(v_exact[0] - all_probs[i, 1]) < 1e-5  # V(s_0) = V(x) of notebook 05 §3
+assert true_adv[0] > 0 > grpo_adv and true_adv[1] < 0 and (true_adv[2:] == 0).all()  # right digit pushed down
+assert critic_adv[1.0][0] < 0  # lambda = 1: r - V_phi(s_0), the same sign as GRPO's
+assert (every[i], texts[i]) == ("24+10=", "33")  # prose
+quoted = [(all_probs[i, 1], 0.8106), (true_adv[0], 0.0910), (true_adv[1], -0.9016), (v_critic[0, 0], 0.5372),
+          *zip(critic_adv[0.0].tolist(), (0.0726, -0.0876, -0.5223), strict=True)]
+assert all(abs(x - q) < 6e-5 for x, q in quoted)  # prose
 
 # %% [markdown]
-# The second token (4; the target is 3) is a mistake, and a habit: this very completion has probability
-# 0.6659. Its exact advantage is $-0.0090$, yet the sequence scored above $V(x)$, so GRPO pushes it up with
-# $+0.0441$ like the two good tokens. The iteration-20 critic does not get the sign either ($+0.0633$): its values lag.
+# The first token, 3, is right: it *raised* the chance of success from 0.8106 to 0.9016 (true advantage
+# $+0.0910$). The second 3 is the mistake ($-0.9016$), and after it the EOS changes nothing (0). GRPO gives all
+# three the same $r - V(x) = -0.8106$: the right first digit is pushed down as hard as the mistake, and the
+# harmless EOS too. The critic with $\lambda = 1$ ($r - V_\phi(s_t)$) has the same signs. With $\lambda = 0$
+# ($V_\phi(s_{t+1}) - V_\phi(s_t)$) the iteration-20 critic gets the signs of the first two tokens right
+# ($+0.0726$, $-0.0876$), but its sizes are far off and it blames the EOS with $-0.5223$: it still believes
+# in the state after the mistake ($V_\phi = 0.52$ where the exact value is 0), so the per-token credit is only as
+# good as the critic.
+#
 # Every token gets the same sequence advantage under GRPO, whatever its own contribution. How much that
 # costs grows with the horizon. An exact toy: $T$ independent binary choices, each right with probability
-# 0.5, reward = fraction right (like EchoTask's partial credit), groups of $G=8$. True per-token advantage
+# 0.5, reward = fraction right (a partial-credit reward), groups of $G=8$. True per-token advantage
 # $A^*_t = (c_t - p)/T$. We compare the GRPO advantage (group-mean baseline, broadcast), a perfect critic with
 # $\lambda = 1$ ($r - V(s_t)$: only the *future* tokens add noise) and with $\lambda=0$
 # ($V(s_{t+1}) - V(s_t)$, exact).
@@ -1076,8 +1170,8 @@ plt.show()
 # $\sqrt{(G-1)/G}/\sqrt{T}$: each token's signal is buried under the other $T-1$ tokens' luck, so the
 # samples needed for the same gradient precision grow linearly in $T$. At $T=64$ more than 4 in 10 right
 # tokens are pushed *down*. A critic helps only if it is accurate: with a learned $V_\phi$, $\lambda<1$
-# trades this variance for the critic's bias (the EchoTask table above: $V_\phi(s_0) = 0.5959$ against the
-# exact 0.6225).
+# trades this variance for the critic's bias (the AdditionTask table above: $V_\phi(s_0) = 0.5372$ against the
+# exact 0.8106).
 #
 # ### 6.6 Environments that cannot be reset to the same state
 #
@@ -1114,13 +1208,14 @@ for G in (2, 8, 32):
 # %% [markdown]
 # ## 7. GRPO vs PPO in one table
 #
-# Numbers from this notebook (EchoTask, $B=8$, $G=8$, iteration-20 snapshot for the errors):
+# Numbers from this notebook (AdditionTask from the SFT checkpoint, $B=8$, $G=8$; iteration-20 snapshot and 50
+# prompts for the errors):
 
 # %%
 rows = [
     ("baseline", "group mean of G samples", "learned V_phi(s_t)"),
     ("error of b vs V(x) at G=8", f"{errors[8]['group mean']['mse']:.4f} (variance)",
-     f"{errors[8]['critic']['mse']:.4f} (bias, lag)"),
+     f"{errors[8]['critic']['mse']:.4f} (bias)"),
     ("error at G=2", f"{errors[2]['group mean']['mse']:.4f}", f"{errors[2]['critic']['mse']:.4f}"),
     ("advantage granularity", "one per sequence", "one per token (GAE)"),
     ("extra parameters", "0", f"{critic_params} (policy {policy_params})"),
@@ -1182,8 +1277,8 @@ assert final["critic"] > final["group"] and errors[8]["critic"]["mse"] > errors[
 #
 # <details><summary>Answer 3</summary>
 #
-# Hard prompts ($p \approx 0.02$ on SparseMatchTask: 0.84 of groups at $G=8$ in notebook 05 §6.1) and solved
-# prompts (late training, notebook 05 §4). Remedies: larger $G$ or dynamic sampling for hard prompts, curriculum
+# Hard prompts (SparseMatchTask from a fresh TinyLM: 0.852 of the fixed run's groups at $G=8$, notebook 05 §6.1)
+# and solved prompts (late training, $p \to 1$). Remedies: larger $G$ or dynamic sampling for hard prompts, curriculum
 # or filtering out solved prompts; denser rewards; a critic, which still gets $r - V_\phi \ne 0$.
 # </details>
 #

@@ -58,12 +58,12 @@ import workbook  # noqa: F401  (one torch thread)
 from workbook import nb06_variants
 from workbook.plots import curves, smooth
 from workbook.run_summary import tail_mean
-from workbook.tasks import RambleTask, ReverseTask, SparseMatchTask
+from workbook.tasks import EchoTask, RambleTask, ReverseTask
 from workbook.widgets import choice, live_plot, set_value, slider
 
 started = time.perf_counter()
-SHORT = dict(steps=30, prompts_per_batch=8)  # every training run: 30 iterations of 8 prompts x 8 samples
-TAIL = 15  # statistics of a run: mean over its last 15 iterations
+SHORT = dict(steps=20, prompts_per_batch=8)  # every training run: 20 iterations of 8 prompts x 8 samples
+TAIL = 10  # statistics of a run: mean over its last 10 iterations
 COLORS = {"token mean": "tab:blue", "sequence mean": "tab:red", "constant": "tab:green"}
 print(f"every training run: {SHORT['steps']} iterations of {SHORT['prompts_per_batch']} prompts x "
       f"{grpo_fixed.Config.group_size} samples, seed 0; (tail) = mean over the last {TAIL} iterations")
@@ -195,9 +195,14 @@ for i, (length, a) in enumerate(zip(LENGTHS, ADVANTAGES, strict=True)):
 assert torch.allclose(weights["token mean"], torch.full((4,), 1 / 15, dtype=torch.float64))
 assert torch.allclose(weights["sequence mean"], 1 / (4 * torch.tensor(LENGTHS, dtype=torch.float64)))
 assert torch.allclose(weights["constant"], torch.full((4,), 1 / 32, dtype=torch.float64))
+# the length bias in one line: the length-8 wrong answer against the length-2 wrong answer, per token
+per_token_8_vs_2 = {name: (w[3] / w[1]).item() for name, w in weights.items()}
+print("per-token weight, length-8 wrong answer / length-2 wrong answer: "
+      + ", ".join(f"{name} {value:.2f}" for name, value in per_token_8_vs_2.items()))
+assert per_token_8_vs_2 == {"token mean": 1.0, "sequence mean": 0.25, "constant": 1.0}
 
 # %% [markdown]
-# Under the per-sequence mean the length-8 wrong answer's tokens each weigh 0.03125, a quarter of the
+# Under the per-sequence mean the length-8 wrong answer's tokens each weigh 0.03125, a quarter (0.25) of the
 # length-2 wrong answer's 0.125: the same mistake, spread over more tokens, is penalised less per
 # token. Its completion total (0.25) is the same as every other completion's. Under the token mean and
 # the constant every token weighs the same (1/15 and 1/32), so a completion's total grows with its length.
@@ -206,7 +211,7 @@ assert torch.allclose(weights["constant"], torch.full((4,), 1 / 32, dtype=torch.
 # does not.
 #
 # **Slider.** The weight of one token of a completion of length L, in a batch of four whose other three
-# completions have length 4, as L goes from 1 to T_max = 12 (the task below).
+# completions have length 4, as L goes from 1 to T_max = 8 (RambleTask's limit, the task below).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -235,19 +240,24 @@ display(w_weights)
 
 # %%
 at = {}
-for L in (1, 12):
+for L in (1, T_MAX):
     at[L] = set_value(w_weights, "L", L)
     print(f"L = {L:2d}: " + ", ".join(f"{name} {value:.4f}" for name, value in at[L].items()))
 assert at[1]["sequence mean"] > at[1]["token mean"] > at[1]["constant"]
-assert math.isclose(at[12]["sequence mean"], at[12]["constant"]) and at[12]["constant"] < at[12]["token mean"]
+assert math.isclose(at[T_MAX]["sequence mean"], at[T_MAX]["constant"])
+assert at[T_MAX]["constant"] < at[T_MAX]["token mean"]
 
 # %% [markdown]
-# **Training.** `RambleTask` (workbook/tasks.py): the answer is the first token, anything may follow,
-# and the completion must end with EOS within T_max = 12 tokens. A completion that reaches the limit is
-# wrong, so the longest completions are all wrong; otherwise the reward does not depend on the length
-# (and at the start right and wrong completions have about the same mean length, see the task's
-# docstring). Three runs, one per aggregation, same seed; per iteration we split the sampled completions
-# by reward and average their lengths.
+# **Training.** `RambleTask` (workbook/tasks.py): prompt "d=" with d a digit; the first character of the
+# completion must be d, anything may follow, and the completion must end with EOS within T_max = 8 tokens
+# (binary reward). A completion that reaches the limit is wrong, so the longest completions are all wrong;
+# otherwise the reward does not depend on the length. The policy is a fresh TinyLM (the task has no
+# checkpoint): it samples almost uniformly over the 15 tokens, so at the start most of its completions run
+# to the limit (0.734 of the first batch). It also samples PAD and BOS, which decode to nothing: a
+# completion that ran to the limit with one of them in it reads as a shorter text and can be scored right
+# (the text cannot show the difference; the lengths and truncation flags below are read off the tokens).
+# Three runs, one per aggregation, same seed; per iteration we split the sampled completions by reward and
+# average their lengths (tokens, EOS included).
 
 # %%
 ramble = RambleTask()
@@ -273,9 +283,16 @@ for name, run in agg_runs.items():
 tail_wrong = {name: tail_mean(values, TAIL) for name, values in wrong_length.items()}
 tail_right = {name: tail_mean(values, TAIL) for name, values in right_length.items()}
 tail_reward = [tail_mean(run.stat("reward"), TAIL) for run in agg_runs.values()]
-assert tail_wrong["sequence mean"] > max(tail_wrong["token mean"], tail_wrong["constant"]) + 1.0
-assert tail_right["sequence mean"] > max(tail_right["token mean"], tail_right["constant"])
-assert max(tail_reward) - min(tail_reward) < 0.05
+tail_cut = [tail_mean(run.sample_mean("truncated"), TAIL) for run in agg_runs.values()]
+longer = {name: tail_wrong["sequence mean"] - tail_wrong[name] for name in ("token mean", "constant")}
+print("wrong completions, sequence mean minus: " + ", ".join(f"{name} {v:+.2f}" for name, v in longer.items())
+      + f" tokens; truncated (tail) {min(tail_cut):.3f} to {max(tail_cut):.3f}")
+first_cut = agg_runs["token mean"].sample_mean("truncated")[0]
+print(f"first batch (the same in the three runs): truncated {first_cut:.3f}")
+assert first_cut > 0.5
+assert all(0 < v < 0.5 for v in longer.values())  # the longest wrong completions, by less than half a token
+assert max(tail_reward) < 0.15 and min(tail_cut) > 0.5  # 20 iterations: still mostly rambling to the limit
+assert all(abs(tail_right[name] - tail_wrong[name]) < 0.35 for name in agg_runs)  # right ones as long (PAD, BOS)
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
@@ -288,13 +305,17 @@ fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
 # %% [markdown]
-# Under the per-sequence mean the wrong completions are the longest: 6.21 tokens against 4.87 (token
-# mean) and 5.01 (constant), over the last 15 iterations. The right ones run longer too (5.76 against
-# 5.18 and 5.05): the only length signal in this task is the zero reward of a completion that hits the
-# limit, and the per-sequence mean spreads that penalty over all 12 of its tokens (1/(N·12) per token),
-# where the token mean gives each token the same weight as any other. The reward is about the same in
-# the three runs (0.296, 0.252, 0.271): on one seed and 30 iterations the aggregation shows up in the
-# lengths first.
+# What the short runs show: no length bias worth the name yet. Under the per-sequence mean the wrong
+# completions are the longest (6.77 tokens over the last 10 iterations, against 6.53 for the token mean and
+# 6.46 for the constant), but by 0.25 and 0.31 tokens, on one seed: too small to call. In 20 iterations from
+# a fresh TinyLM the policy has barely learned the task (reward 0.117, 0.094, 0.094), more than half of the
+# completions still run to the limit (0.539 to 0.566), and the right completions are as long as the wrong
+# ones (6.56 to 6.58 tokens): many of them ran to the limit too and were saved by a PAD or BOS that decoded
+# to nothing (the caveat above). The bias itself is the tiny input's: the only length signal in this task is
+# the zero reward of a completion that hits the limit, and the per-sequence mean spreads that penalty over
+# its 8 tokens, each weighted 1/(N·8), a quarter of what a length-2 wrong answer's tokens get, where the
+# token mean gives every token the same 1/Σ|o|. That weighting is what Dr. GRPO blames for the growth of
+# wrong answers under the per-sequence mean; in these 20 iterations it did not show.
 #
 # > **You should know.**
 # > - Symptom: completions grow longer over training, mostly the wrong ones, while the reward stalls.
@@ -404,7 +425,7 @@ assert math.isclose(grpo_fixed.batch_advantages(rewards, 8)[0].item(), math.sqrt
 fig2, ax2 = plt.subplots(figsize=(6, 3), layout="constrained")
 (line_group,) = ax2.plot([], [], "o-", color="tab:blue", label="group std")
 (line_none,) = ax2.plot([], [], "o-", color="tab:orange", label="none")
-ax2.set(xlabel="successes k in the group", ylabel="group's total |A|", xlim=(-0.5, 16.5), ylim=(0, 33))
+ax2.set(xlabel="successes k in the group", ylabel="group's total |A|")
 ax2.legend(fontsize="small")
 
 
@@ -414,6 +435,7 @@ def update_scaling(G):
               for name in ("group std", "none")}
     line_group.set_data(ks, totals["group std"])
     line_none.set_data(ks, totals["none"])
+    ax2.set(xlim=(-0.5, G + 0.5), ylim=(0, 1.05 * max(totals["group std"])))  # the group std's curve is the higher
     one = totals["group std"][1] / totals["none"][1]  # one success: how much the group std up-weights it
     half = totals["group std"][G // 2] / totals["none"][G // 2]
     return {"one success": one, "half": half}
@@ -429,9 +451,10 @@ for G in (4, 16):
     assert r["one success"] > r["half"] == 2.0  # 1/sqrt(p(1-p)) is 2 at p = 1/2 and larger elsewhere
 
 # %% [markdown]
-# **Training.** `SparseMatchTask` (binary reward, most early groups have no success at all): one run per
-# scaling, same seed. Per iteration we also record which prompts carry the update: the share of the
-# batch's total |A| that sits on groups with at most one success or at most one failure.
+# **Training.** `AdditionTask` from its SFT checkpoint (binary reward; the SFT model's first batch is right
+# 0.359 of the time, and prompts differ in difficulty): one run per scaling, same seed. Per iteration we also
+# record which prompts carry the update: the share of the batch's total |A| that sits on groups with at most
+# one success or at most one failure.
 
 # %%
 def extreme_share(module, policy, batch, cfg):
@@ -443,8 +466,8 @@ def extreme_share(module, policy, batch, cfg):
     return {"extreme_share": (weight[extreme].sum() / weight.sum()).item() if weight.sum() > 0 else math.nan}
 
 
-sparse = SparseMatchTask()
-scale_runs = {name: nb06_variants.train_variant("fixed" if name == "group std" else name.replace(" ", "_"), sparse,
+addition = grpo_fixed.AdditionTask()
+scale_runs = {name: nb06_variants.train_variant("fixed" if name == "group std" else name.replace(" ", "_"), addition,
                                            functions={} if name == "group std" else {"batch_advantages": fn},
                                            probe=extreme_share, **SHORT)
               for name, fn in SCALINGS.items()}
@@ -453,9 +476,12 @@ shares = {}
 for name, run in scale_runs.items():
     shares[name] = tail_mean(run.probe("extreme_share"), SHORT["steps"])
     print(f"{name:>9} | {tail_mean(run.stat('reward'), TAIL):15.3f} | {shares[name]:53.3f}")
-assert shares["group std"] > shares["batch std"] > shares["none"]
+start_reward = scale_runs["group std"].history[0]["reward"]
+print(f"reward at the first iteration {start_reward:.3f}")
+assert 0.2 < start_reward < 0.4
+assert shares["group std"] > 1.4 * max(shares["batch std"], shares["none"])
 scale_reward = {name: tail_mean(run.stat("reward"), TAIL) for name, run in scale_runs.items()}
-assert scale_reward["group std"] == max(scale_reward.values())
+assert max(scale_reward.values()) - min(scale_reward.values()) < 0.03
 
 # %%
 SCALE_COLORS = {"group std": "tab:blue", "batch std": "tab:purple", "none": "tab:orange"}
@@ -463,15 +489,16 @@ fig, axes = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
 curves(axes[0], scale_runs, lambda run: run.stat("reward"), window=5, colors=SCALE_COLORS, ylabel="reward")
 curves(axes[1], scale_runs, lambda run: run.probe("extreme_share"), window=5, colors=SCALE_COLORS,
        ylabel="share of |A| on extreme groups")
-fig.suptitle("SparseMatchTask, one seed (lines: mean over 5 iterations)")
+fig.suptitle("AdditionTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
 # %% [markdown]
-# The group std puts the largest share of the update on extreme groups (0.521 of Σ|A| on average,
-# against 0.504 for the batch std and 0.393 unscaled), as the tiny input predicts. On this task, where
-# learning starts from groups with a single success, it also learns fastest (reward 0.894, against
-# 0.651 and 0.785): one seed, and a task that rewards exactly the prompts the group std up-weights, so
-# read it as "the weighting matters", not as a ranking.
+# The group std puts the largest share of the update on extreme groups (0.116 of Σ|A| on average,
+# against 0.073 for the batch std and 0.074 unscaled), as the tiny input predicts; the batch std and no
+# scaling keep the same proportions, as they should. The share is small here because at a success rate
+# near 0.3 to 0.4 few groups have exactly one success or one failure. In the reward the three runs do not
+# separate (0.419, 0.434, 0.438 over the last 10 iterations): on one seed and 20 iterations the weighting
+# changes which prompts carry the update, not yet how far the policy gets.
 #
 # > **You should know.**
 # > - The group std up-weights prompts the policy almost always solves or almost always fails (by
@@ -623,7 +650,8 @@ reverse = ReverseTask()
 def rare_token_ratios(module, policy, batch, cfg):
     """After the update: the median ratio pi / pi_old of the A > 0 tokens that were rare (pi_old < 0.2)
     and of those that were likely (pi_old > 0.5)."""
-    logp = module.policy_logprobs(policy, batch["prompts"], batch["completions"], cfg.temperature)  # (N, T)
+    logp = module.policy_logprobs(policy, batch["prompt_ids"], batch["prompt_mask"], batch["completions"],
+                                  batch["mask"], cfg.temperature)  # (N, T)
     old = batch["old_logprobs"]
     good = batch["mask"] & (batch["advantages"][:, None] > 0)  # (N, T)
     ratio = (logp - old).exp()
@@ -654,12 +682,12 @@ for eps, row in clip_table.items():
     print(f"{eps:8.2f} | {row['reward']:6.3f} {row['entropy']:7.3f} {row['entropy, mean']:13.3f} "
           f"{row['clip_frac_pos']:13.3f} | {row['rare']:42.3f} {row['likely']:6.3f}")
 low, mid, high = (clip_table[eps] for eps in EPS_HIGH)
-assert low["rare"] < mid["rare"] < high["rare"] and low["likely"] >= mid["likely"] >= high["likely"]
-assert min(mid["entropy"], high["entropy"]) > low["entropy"] and mid["entropy"] > high["entropy"]
-assert min(mid["reward"], high["reward"]) > low["reward"]
+assert low["clip_frac_pos"] > mid["clip_frac_pos"] > high["clip_frac_pos"]  # a wider window clips fewer A > 0
+assert low["reward"] < mid["reward"] < high["reward"] and low["entropy"] > mid["entropy"] > high["entropy"]
+assert all(row["rare"] > 1 + eps > row["likely"] > 1 for eps, row in clip_table.items())  # past its own cap
 start_entropy = clip_run(0.2).history[0]["entropy"]  # the same initial policy in all three runs
-print(f"entropy at the first iteration {start_entropy:.3f} (log 6 = {math.log(6):.3f})")
-assert all(row["entropy"] < 0.3 * start_entropy and row["reward"] < 0.4 for row in clip_table.values())
+print(f"entropy at the first iteration {start_entropy:.3f}")
+assert all(row["entropy"] > 0.7 * start_entropy for row in clip_table.values())  # no collapse in 20 iterations
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -668,7 +696,9 @@ fig4, axes4 = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
 base = clip_run(0.2)
 for ax, key in zip(axes4, ("reward", "entropy"), strict=True):
     ax.plot(smooth(base.stat(key)), color="0.5", label="eps_high 0.2")
-    ax.set(xlabel="iteration", ylabel=key)
+    every = [v for eps in EPS_HIGH for v in smooth(clip_run(eps).stat(key))]  # limits fit every slider position
+    pad = 0.05 * (max(every) - min(every))
+    ax.set(xlabel="iteration", ylabel=key, xlim=(0, SHORT["steps"] - 1), ylim=(min(every) - pad, max(every) + pad))
 (reward_line,) = axes4[0].plot(smooth(base.stat("reward")), color="tab:red", label="eps_high (slider)")
 (entropy_line,) = axes4[1].plot(smooth(base.stat("entropy")), color="tab:red", label="eps_high (slider)")
 axes4[0].legend(fontsize="small")
@@ -694,14 +724,18 @@ for eps in (0.2, 0.4, 0.28):  # ends where it started, so the figure compares 0.
 assert nb06_variants.cached_runs() == cached  # a slider move replays a cached run, it trains nothing
 
 # %% [markdown]
-# All three runs lose most of their entropy (1.777 at the first iteration, close to the uniform log 6; 0.364
-# to 0.521 over the last 15) while the reward is still below 0.4 of a possible 1: the collapse is there.
-# Raising ε_high lets the rare good tokens rise further per rollout (median ratio after the update 1.029,
-# 1.058, 1.204 for ε_high = 0.2, 0.28, 0.4) while the likely ones rise no more (1.047, 1.040, 1.028), which is
-# the mechanism of the tiny input. Both larger settings end with more entropy than 0.2 (0.521 and 0.414
-# against 0.364, last 15 iterations) and a higher reward (0.358 and 0.350 against 0.318). That is one seed of
-# a small effect: the entropy is not monotone in ε_high (0.28 keeps the most), and none of the three avoids
-# the collapse.
+# No entropy collapse to prevent here: the policy starts from the addition SFT checkpoint (entropy 0.937 at
+# the first iteration) and the twin (ε_high = 0.2) ends its 20 iterations at 0.942 (last 10). Raising
+# ε_high does what the tiny input says to the clipping: the upper clip fraction of A > 0 tokens falls
+# (0.133, 0.130, 0.117 for ε_high = 0.2, 0.28, 0.4), and the reward rises (0.239, 0.275, 0.306). The entropy
+# *falls* with it (0.800 and 0.724 against 0.942): over 20 iterations the wider window lets the policy
+# sharpen faster on what it already found; DAPO's entropy argument is about rare tokens over thousands of
+# steps. The rare-token probe shows why a per-token cap is a loose bound in a network: after the update the
+# rare A > 0 tokens' median ratio is 1.396, 1.309 and 1.489, past each run's own 1 + ε_high, because the cap
+# stops only a token's own gradient and the other tokens' updates (8 inner steps, shared parameters) move it
+# further; the likely ones barely move (1.002 to 1.009). One seed: read the directions, not the sizes. The
+# clip fractions (0.117 to 0.133) are above real GRPO runs' 0.1 to 5 %: 8 inner steps without a KL anchor on a
+# tiny model move the policy far per rollout.
 #
 # > **You should know.**
 # > - Symptom: entropy falls towards 0 while the reward stalls below its ceiling: the policy has stopped
@@ -843,7 +877,7 @@ assert set_value(w_gspo, "clip", 0.05)["sequence"] == 0  # s = 1.0513 > 1.05: co
 assert set_value(w_gspo, "clip", 0.2) == {"token": 4, "sequence": 4}  # the same count, different tokens
 
 # %% [markdown]
-# **Training.** `RambleTask` (completions up to 12 tokens), the token-level twin against GSPO with the
+# **Training.** `RambleTask` (completions up to 8 tokens), the token-level twin against GSPO with the
 # same ε = 0.2. After each update we measure the spread of the log-ratios the next inner step would see:
 # the std of the per-token log ρ and of the per-completion log s.
 
@@ -876,17 +910,19 @@ fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
 # %% [markdown]
-# Within each run the completion means vary less than the tokens: std of log s 0.1086 against 0.1898
-# for log ρ in the token-level run, 0.1651 against 0.2655 in the GSPO run; 28.10% of the tokens end an
-# update outside [0.8, 1.2] but only 7.66% of the completions (token-level run). With the same ε = 0.2
-# the GSPO run clips less and so moves further per rollout (both spreads are larger than the twin's);
-# the rewards are close (0.296 and 0.316).
+# Within each run the completion means vary less than the tokens: std of log s 0.0778 against 0.1557
+# for log ρ in the token-level run, 0.0839 against 0.1681 in the GSPO run; 18.69% of the tokens end an
+# update outside [0.8, 1.2] but only 2.42% of the completions (token-level run). With the same ε = 0.2
+# the GSPO run clips less and so moves a little further per rollout (both spreads are larger than the
+# twin's); the rewards are close (0.117 and 0.102, both runs still early in learning the task). So many tokens
+# outside the window is far more than real GRPO runs clip (0.1 to 5 % of tokens): a tiny fresh model, lr
+# 4e-4 and 4 inner steps per rollout move it far.
 #
 # > **You should know.**
 # > - s_i is a geometric mean: a few tokens that moved a lot barely move it, and a completion is clipped
 # >   as a whole. Set the clip radius for s, not by copying the token-level one: s spreads less than the
-# >   token ratios, so the same ε = 0.2 leaves more of the update unclipped (above, 18.12% of the GSPO
-# >   run's completions ended an update outside the window, against 37.72% of its tokens).
+# >   token ratios, so the same ε = 0.2 leaves more of the update unclipped (above, 4.22% of the GSPO
+# >   run's completions ended an update outside the window, against 21.65% of its tokens).
 # > - Symptom that motivates it: per-token ratios with a wide spread (long completions, mixture-of-
 # >   experts routing that changes between rollout and training) make token-level clipping noisy.
 # > - Statistic: the spread (std) of log ρ per token against that of log s per completion, and the clip
@@ -931,6 +967,35 @@ def informative(rewards, group_size):
     return (groups != groups[:, :1]).any(dim=1)
 
 
+def select_rows(batch, keep):
+    """The rows of a rollout batch where keep (N,) bool holds: tensors indexed, lists (prompts, texts)
+    filtered."""
+    rows = keep.nonzero().squeeze(1).tolist()
+    return {k: v[keep] if torch.is_tensor(v) else [v[i] for i in rows] for k, v in batch.items()}
+
+
+def left_pad(ids, width, value):
+    """Left-pad (N, P) to (N, width) with `value`: prompts stay right-aligned, as the tokenizer pads them."""
+    return torch.nn.functional.pad(ids, (width - ids.shape[1], 0), value=value)
+
+
+def concat_batches(batches):
+    """Concatenate rollout batches row-wise. Prompts of different draws were left-padded to different widths
+    P, so prompt_ids / prompt_mask are first left-padded to the widest (PAD, mask 0: position ids and
+    log-probs of a row do not change)."""
+    width = max(b["prompt_ids"].shape[1] for b in batches)
+    pads = {"prompt_ids": 0, "prompt_mask": 0}  # PAD = 0 in the tokenizer; 0 = not attended
+    out = {}
+    for k in batches[0]:
+        if k in pads:
+            out[k] = torch.cat([left_pad(b[k], width, pads[k]) for b in batches])
+        elif torch.is_tensor(batches[0][k]):
+            out[k] = torch.cat([b[k] for b in batches])
+        else:
+            out[k] = [x for b in batches for x in b[k]]
+    return out
+
+
 def dynamic_sampling(max_batches=4):
     """A rollout wrapper: draw rollout batches until prompts_per_batch informative groups are kept (at
     most max_batches draws, verl's max_num_gen_batches). stats['groups_generated'] counts the cost."""
@@ -938,18 +1003,19 @@ def dynamic_sampling(max_batches=4):
     def factory(module):
         base = module.rollout
 
-        def rollout(policy, ref_policy, task, cfg, generator):
+        def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
             kept, first_stats, generated = [], None, 0
+            n = cfg.prompts_per_batch * cfg.group_size
             for _ in range(max_batches):
-                batch, stats = base(policy, ref_policy, task, cfg, generator)
+                batch, stats = base(policy, ref_policy, tokenizer, task, cfg, generator)
                 first_stats = first_stats or stats  # the logged reward etc. stay those of a plain batch
                 generated += cfg.prompts_per_batch
                 keep = informative(batch["rewards"], cfg.group_size).repeat_interleave(cfg.group_size)  # (N,)
-                kept.append({k: v[keep] for k, v in batch.items()})
-                if sum(len(b["rewards"]) for b in kept) >= cfg.prompts_per_batch * cfg.group_size:
+                kept.append(select_rows(batch, keep))
+                if sum(len(b["rewards"]) for b in kept) >= n:
                     break
-            n = cfg.prompts_per_batch * cfg.group_size
-            batch = {k: torch.cat([b[k] for b in kept])[:n] for k in kept[0]}  # whole groups: n is a multiple of G
+            both = concat_batches(kept)
+            batch = select_rows(both, torch.arange(len(both["rewards"])) < n)  # whole groups: n is a multiple of G
             first_stats.update(groups_generated=generated, groups_kept=len(batch["rewards"]) // cfg.group_size)
             return batch, first_stats
 
@@ -994,14 +1060,14 @@ for G in (4, 16):
     print(f"G = {G:2d}: wasted at p = 0.1 {r['p=0.1']:.4f}, at p = 0.5 {r['p=0.5']:.4f}")
 
 # %% [markdown]
-# **Training.** `SparseMatchTask` (a random policy succeeds about once in 49 samples): the twin against
+# **Training.** `AdditionTask` from its SFT checkpoint (notebook 06 §2's task): the twin against
 # dynamic sampling (at most 4 draws per iteration). The wasted fraction is the trainer's own
 # `zero_var_groups` statistic (of the first draw); the effective batch is the number of informative
 # groups the update sees.
 
 # %%
 ds_runs = {"static": scale_runs["group std"],  # the same run as notebook 06 §2's group-std run (cached)
-           "dynamic": nb06_variants.train_variant("dynamic", sparse, wrap={"rollout": dynamic_sampling(4)}, **SHORT)}
+           "dynamic": nb06_variants.train_variant("dynamic", addition, wrap={"rollout": dynamic_sampling(4)}, **SHORT)}
 static, dynamic = ds_runs["static"], ds_runs["dynamic"]
 static_effective = [SHORT["prompts_per_batch"] * (1 - z) for z in static.stat("zero_var_groups")]
 generated = dynamic.stat("groups_generated")
@@ -1018,15 +1084,18 @@ cum_dynamic = [sum(generated[: i + 1]) for i in range(SHORT["steps"])]
 same_cost = next(i for i, n in enumerate(cum_dynamic) if n >= SHORT["steps"] * SHORT["prompts_per_batch"])
 dynamic_at_same_cost = smooth(dynamic.stat("reward"))[same_cost]
 static_at_end = smooth(static.stat("reward"))[-1]
-print(f"dynamic hit the cap of {cap} groups in {len(at_cap)} of {SHORT['steps']} iterations "
-      f"({sum(i >= SHORT['steps'] // 2 for i in at_cap)} of them in the second half)")
+print(f"dynamic hit the cap of {cap} groups in {len(at_cap)} of {SHORT['steps']} iterations; "
+      f"at most {max(generated)} groups ({max(generated) // SHORT['prompts_per_batch']} draws) in one iteration")
 print(f"reward (mean over 5 iterations) after {SHORT['steps'] * SHORT['prompts_per_batch']} generated groups: "
       f"static {static_at_end:.3f}, dynamic {dynamic_at_same_cost:.3f} ({cum_dynamic[same_cost]} groups, "
       f"iteration {same_cost})")
-assert sum(dynamic.stat("groups_kept")) > 2 * sum(static_effective) and sum(generated) > 3 * len(generated) * 8
-assert tail_mean(dynamic.stat("reward"), TAIL) > tail_mean(static.stat("reward"), TAIL)
-assert dynamic_at_same_cost < static_at_end - 0.1  # per generated group, the static run is ahead
-assert sum(i >= SHORT["steps"] // 2 for i in at_cap) > len(at_cap) / 2  # the cap binds mostly once solved
+static_generated = SHORT["steps"] * SHORT["prompts_per_batch"]
+assert sum(static.stat("zero_var_groups")) / SHORT["steps"] < 0.15  # few groups wasted at a 30-40 % success rate
+assert dynamic.stat("groups_kept") == [SHORT["prompts_per_batch"]] * SHORT["steps"] and not at_cap
+assert max(generated) == 2 * SHORT["prompts_per_batch"]
+assert static_generated < sum(generated) < 1.5 * static_generated
+assert abs(tail_mean(dynamic.stat("reward"), TAIL) - tail_mean(static.stat("reward"), TAIL)) < 0.05
+assert abs(dynamic_at_same_cost - static_at_end) < 0.05
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
@@ -1042,16 +1111,18 @@ axes[2].plot(cum_static, smooth(static.stat("reward")), color="tab:blue", label=
 axes[2].plot(cum_dynamic, smooth(dynamic.stat("reward")), color="tab:green", label="dynamic")
 axes[2].set(xlabel="groups generated so far", ylabel="reward")
 axes[2].legend(fontsize="x-small")
-fig.suptitle("SparseMatchTask, one seed")
+fig.suptitle("AdditionTask, one seed")
 plt.show()
 
 # %% [markdown]
-# Without dynamic sampling 64.2% of the generated groups carried no signal, so the update saw 2.87 of
-# its 8 groups on average. Dynamic sampling filled 6.37 of 8 at the price of 776 generated groups instead
-# of 240 (3.2 times the generation), and its reward ends higher (0.976 against 0.894). Per generated
-# group it is behind: after 240 groups the static run's reward was 0.928, the dynamic run's 0.747. Most of
-# its cost comes late (14 of its 16 iterations at the cap of 32 groups are in the second half): once
-# prompts are solved the uninformative groups are the all-right ones, and resampling finds few others.
+# From the SFT checkpoint few groups are uninformative: without dynamic sampling 9.4% of the generated
+# groups carried no signal, so the update saw 7.25 of its 8 groups on average. Dynamic sampling filled all
+# 8 in every iteration at the price of 216 generated groups instead of 160 (it never needed more than two
+# draws; the cap of 32 groups was never reached), and it bought nothing visible: its reward ends at 0.391
+# against 0.419, and after the same generation budget (160 groups) the two runs stand at 0.403 and 0.422,
+# differences within one seed's noise. Dynamic sampling pays where most groups are uninformative: hard
+# prompts early (all wrong), solved prompts late (all right); the slider above gives the waste for a given
+# success rate.
 #
 # > **You should know.**
 # > - Symptom: the reward is flat and the gradient small while most groups are all-wrong (early, hard
@@ -1166,8 +1237,8 @@ def kl_in_reward(beta_reward):
     def factory(module):
         base = module.rollout
 
-        def rollout(policy, ref_policy, task, cfg, generator):
-            batch, stats = base(policy, ref_policy, task, cfg, generator)
+        def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
+            batch, stats = base(policy, ref_policy, tokenizer, task, cfg, generator)
             k1 = torch.where(batch["mask"], batch["old_logprobs"] - batch["ref_logprobs"], 0.0).sum(dim=1)  # (N,)
             penalised = batch["rewards"] - beta_reward * k1
             batch["advantages"] = module.batch_advantages(penalised, cfg.group_size, cfg.adv_eps)
@@ -1179,14 +1250,15 @@ def kl_in_reward(beta_reward):
 
 
 # %% [markdown]
-# **Training.** EchoTask, 40 iterations: KL in the loss (the twin), KL in the reward, and β = 0, for
-# β ∈ {0.1, 0.3} (the slider). The `kl` statistic is the twins' k3 estimate of KL(π ‖ π_ref) at the last
+# **Training.** `EchoTask` (workbook/tasks.py: repeat the prompt's two digits; it starts from the addition
+# SFT checkpoint, which is also the reference), 20 iterations: KL in the loss (the twin), KL in the reward,
+# and β = 0, for β ∈ {0.1, 0.3} (the slider). The `kl` statistic is the twins' k3 estimate of KL(π ‖ π_ref) at the last
 # inner step.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 # the slider figure: built here, shown (and redrawn in place) by live_plot
-echo = grpo_fixed.EchoTask()
+echo = EchoTask()
 BETAS = [0.1, 0.3]
 
 
@@ -1203,8 +1275,16 @@ kl_lines = {}
 for name, color in KL_COLORS.items():
     kl_lines[(name, "reward")] = axes7[0].plot([], [], color=color, label=name)[0]
     kl_lines[(name, "kl")] = axes7[1].plot([], [], color=color, label=name)[0]
-axes7[0].set(xlabel="iteration", ylabel="reward", xlim=(0, SHORT["steps"]), ylim=(0, 1))
-axes7[1].set(xlabel="iteration", ylabel="kl (k3 estimate)", xlim=(0, SHORT["steps"]), ylim=(0, 2.4))
+
+def kl_limits(key):
+    """(low, high) around every smoothed curve of every slider position: the axes fit all of them."""
+    every = [v for beta in BETAS for run in kl_runs(beta).values() for v in smooth(run.stat(key))]
+    pad = 0.05 * (max(every) - min(every))
+    return (min(0.0, min(every) - pad), max(every) + pad)
+
+
+axes7[0].set(xlabel="iteration", ylabel="reward", xlim=(0, SHORT["steps"] - 1), ylim=kl_limits("reward"))
+axes7[1].set(xlabel="iteration", ylabel="kl (k3 estimate)", xlim=(0, SHORT["steps"] - 1), ylim=kl_limits("kl"))
 axes7[0].legend(fontsize="x-small")
 
 
@@ -1227,16 +1307,20 @@ for beta in BETAS:
     kl_table[beta] = set_value(w_kl, "beta", beta)
     for name, (reward, kl) in kl_table[beta].items():
         print(f"beta {beta}: {name:>22}  reward (tail) {reward:.3f}  kl (tail) {kl:.4f}")
-free_kl = kl_table[0.1]["beta = 0"][1]
-assert all(kl_table[0.1][name][1] < free_kl / 1.8 for name in ("KL in the loss (k3)", "KL in the reward (k1)"))
+free = kl_table[0.1]["beta = 0"]
+loss_01, reward_01 = kl_table[0.1]["KL in the loss (k3)"], kl_table[0.1]["KL in the reward (k1)"]
 loss_03, reward_03 = kl_table[0.3]["KL in the loss (k3)"], kl_table[0.3]["KL in the reward (k1)"]
-assert reward_03[1] < loss_03[1] / 5 and reward_03[0] < loss_03[0] / 2
+assert reward_01[1] < loss_01[1] / 2 < free[1] / 2 and reward_01[0] < loss_01[0] < free[0]
+assert reward_03[1] < loss_03[1] / 2.5 and loss_03[1] < loss_01[1] and reward_03[0] < loss_03[0]
+assert min(kl for row in kl_table.values() for _, kl in row.values()) > 0.05
 
 # %% [markdown]
-# At β = 0.1 the two placements anchor about equally (k3 estimate 0.9434 in the loss, 0.9218 in the
-# reward, against 1.7942 with β = 0) at about the same reward (0.585, 0.571, 0.567). At β = 0.3 they part:
-# the KL in the loss keeps a reward of 0.465 at KL 0.4748, the KL in the reward pins the policy to the
-# reference (KL 0.0507, reward 0.202). The same β is not the same strength in the two places: in the
+# At β = 0.1 the KL in the loss barely anchors in 20 iterations (k3 estimate 0.5455, against 0.6250 with
+# β = 0), the KL in the reward far more (0.2174), at a lower reward (0.417, against 0.489 and 0.507). At
+# β = 0.3 both anchor harder and keep their order: the KL in the loss reaches KL 0.2853 at a reward of 0.432,
+# the KL in the reward KL 0.0917 at a reward of 0.352. These KL values (per token, 0.09 to 0.63) sit at or
+# above the top of what real GRPO runs show (1e-3 to 1e-1): a tiny model at lr 4e-4 moves far from its
+# reference in a few iterations. The same β is not the same strength in the two places: in the
 # reward, β·Σ_t k1 competes with the task reward's spread inside the group normalisation; in the loss,
 # β·k3 competes with the normalised advantage term.
 #
@@ -1300,9 +1384,9 @@ def mask_truncated(module):
     mean and std) but leave the loss."""
     base = module.rollout
 
-    def rollout(policy, ref_policy, task, cfg, generator):
-        batch, stats = base(policy, ref_policy, task, cfg, generator)
-        cut = nb06_variants.truncated(batch["completions"], task.eos_id)  # (N,)
+    def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
+        batch, stats = base(policy, ref_policy, tokenizer, task, cfg, generator)
+        cut = nb06_variants.truncated(batch["completions"], tokenizer.eos_token_id)  # (N,)
         batch["mask"] = batch["mask"] & ~cut[:, None]
         return batch, stats
 
@@ -1316,9 +1400,9 @@ def overlong_penalty(cache):
     def factory(module):
         base = module.rollout
 
-        def rollout(policy, ref_policy, task, cfg, generator):
-            batch, stats = base(policy, ref_policy, task, cfg, generator)
-            lengths = nb06_variants.completion_lengths(batch["completions"], task.eos_id)  # (N,)
+        def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
+            batch, stats = base(policy, ref_policy, tokenizer, task, cfg, generator)
+            lengths = nb06_variants.completion_lengths(batch["completions"], tokenizer.eos_token_id)  # (N,)
             shaped = batch["rewards"] + soft_overlong_penalty(lengths, task.max_completion_length, cache)
             batch["advantages"] = module.batch_advantages(shaped, cfg.group_size, cfg.adv_eps)
             return batch, stats
@@ -1329,12 +1413,13 @@ def overlong_penalty(cache):
 
 
 # %% [markdown]
-# **Tiny input.** T_max = 6, three completions: [3, 1, EOS] (length 3), [2, 2, 2, 2, 2, EOS] (length 6,
-# ends exactly at the limit) and [4, 4, 4, 4, 4, 4] (truncated).
+# **Tiny input.** T_max = 6, three completions as token ids (the tokenizer's EOS = 2, PAD = 0 after it):
+# [6, 4, EOS] (length 3), [5, 5, 5, 5, 5, EOS] (length 6, ends exactly at the limit) and
+# [7, 7, 7, 7, 7, 7] (truncated).
 
 # %%
-EOS = 0
-completions = torch.tensor([[3, 1, EOS, EOS, EOS, EOS], [2, 2, 2, 2, 2, EOS], [4, 4, 4, 4, 4, 4]])
+EOS, PAD = 2, 0  # tinylm.CharTokenizer's eos_token_id and pad_token_id
+completions = torch.tensor([[6, 4, EOS, PAD, PAD, PAD], [5, 5, 5, 5, 5, EOS], [7, 7, 7, 7, 7, 7]])
 lengths = nb06_variants.completion_lengths(completions, EOS)
 cut = nb06_variants.truncated(completions, EOS)
 print("lengths", lengths.tolist(), " truncated", cut.tolist())
@@ -1349,7 +1434,7 @@ assert soft_overlong_penalty(lengths, 6, 4).tolist() == [-0.25, -1.0, -1.0]
 # truncated one: the penalty looks at the length only. With C = 4 the ramp starts after length 2, so even
 # the length-3 completion pays 0.25.
 #
-# **Slider.** The penalty R_len(L) for T_max = 12 (RambleTask); the slider is the buffer C.
+# **Slider.** The penalty R_len(L) for T_max = 8 (RambleTask); the slider is the buffer C.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1363,20 +1448,22 @@ ax8.set(xlabel="completion length L", ylabel="R_len(L)", ylim=(-1.1, 0.1))
 def update_penalty(cache):
     values = soft_overlong_penalty(Ls, T_MAX, cache)
     pen_line.set_ydata(values.tolist())
-    return {"first penalised length": int(Ls[values < 0][0]), "penalty at 10": values[9].item()}
+    return {"first penalised length": int(Ls[values < 0][0]), "penalty at 7": values[6].item()}
 
 
-w_pen = live_plot(fig8, update_penalty, cache=slider(4, 1, 11, 1, "C", integer=True))
+w_pen = live_plot(fig8, update_penalty, cache=slider(4, 1, T_MAX - 1, 1, "C", integer=True))
 display(w_pen)
 
 # %%
-for cache in (2, 8):
+for cache in (2, 6):
     r = set_value(w_pen, "C", cache)
-    print(f"C = {cache}: first penalised length {r['first penalised length']}, R_len(10) = {r['penalty at 10']:+.3f}")
+    print(f"C = {cache}: first penalised length {r['first penalised length']}, R_len(7) = {r['penalty at 7']:+.3f}")
+    assert r["first penalised length"] == T_MAX - cache + 1
 
 # %% [markdown]
-# **Training.** RambleTask: the twin (truncated = reward 0), masking truncated completions, and the soft
-# penalty with C = 4.
+# **Training.** RambleTask: the twin (a truncated completion gets reward 0, unless a PAD or BOS in it
+# shortened its text, notebook 06 §1), masking truncated completions (truncated read off the tokens: no EOS),
+# and the soft penalty with C = 4 on the token length.
 
 # %%
 trunc_runs = {"twin": agg_runs["token mean"],  # notebook 06 §1's token-mean run (the twin, cached)
@@ -1390,8 +1477,8 @@ for name, run in trunc_runs.items():
                          tail_mean(cut_frac, TAIL), tail_mean(run.sample_mean("length"), TAIL))
     print(f"{name:>16} | " + " ".join(f"{v:{w}.3f}" for v, w in zip(trunc_stats[name], (15, 15, 18, 15), strict=True)))
 twin_t, masked_t, soft_t = trunc_stats["twin"], trunc_stats["mask truncated"], trunc_stats["soft penalty C=4"]
-assert masked_t[2] > 5 * twin_t[2] and masked_t[3] > twin_t[3] + 1 > soft_t[3] + 1 and soft_t[2] == 0
-assert max(t[0] for t in trunc_stats.values()) - min(t[0] for t in trunc_stats.values()) < 0.03
+assert masked_t[2] > twin_t[2] and masked_t[3] > twin_t[3] and masked_t[0] < twin_t[0]
+assert soft_t[2] < 0.01 and soft_t[3] < twin_t[3] - 4 and soft_t[0] < masked_t[0] < twin_t[0]
 
 # %%
 TRUNC_COLORS = {"twin": "tab:blue", "mask truncated": "tab:red", "soft penalty C=4": "tab:green"}
@@ -1405,10 +1492,14 @@ fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
 # %% [markdown]
-# Masking truncated completions removed the only signal to stop: the truncated fraction rose to
-# 0.113 over the last 15 iterations (0.014 for the twin) and the mean length to 6.456 (4.979). The soft
-# penalty did the opposite: no truncated completion in the last 15 iterations, mean length 4.654. The
-# rewards are within 0.03 of each other (0.296, 0.272, 0.273).
+# Masking truncated completions removed the only signal to stop: the truncated fraction rose to 0.606
+# over the last 10 iterations (0.562 for the twin), the mean length to 6.686 tokens (6.492), and the reward
+# fell (0.070 against 0.117). The soft penalty did the opposite and overshot: with C = 4 on T_max = 8 its
+# ramp starts after length 4, and the runs' completions fell to 2.006 tokens on average with almost none
+# truncated (0.003), but the reward fell too (0.041). The penalty (−0.25 to −1 for every completion longer
+# than 4) is a far denser signal than the rare task reward, and the policy learned to stop before it
+# learned to answer. In a real run C is a small fraction of a long T_max, so the penalty only touches
+# completions near the limit.
 #
 # > **You should know.**
 # > - A truncated completion's reward says "did not finish", not "wrong": with a right answer that ran

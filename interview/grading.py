@@ -33,8 +33,11 @@ from workbook import catalog
 TRAIN_STEPS = 8
 """iterations of the short training run (seed 0, the default config with TRAIN_OVERRIDES)"""
 TRAIN_OVERRIDES = dict(prompts_per_batch=10, group_size=8)
-"""the short run's batch: 80 completions per iteration instead of 128 (the fixed twin's run: 2.6 s measured on
-a 2-core machine shared by several jobs); B != G, so a group layout read the wrong way round (B9) is not the identity it would be with B == G"""
+"""the short run's batch: 80 completions per iteration instead of 128 (the fixed twin's short run: 0.6 s on
+one thread, 2.6 s on this 2-core machine shared by several jobs); B != G, so a group layout read the wrong way
+round (B9) is not the identity it would be with B == G"""
+
+
 @dataclass
 class Job:
     """One file to grade: which bugs, and what 'as handed out' means for it."""

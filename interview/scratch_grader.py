@@ -55,7 +55,7 @@ from workbook import catalog
 from workbook.swap import fixed_with
 
 ROOT = catalog.ROOT
-TRAIN_SECONDS = 60.0  # time limit of the training run (about 5 s on a quiet 2-core machine)
+TRAIN_SECONDS = 60.0  # time limit of the training run (the default run: about 8 s on one thread)
 GRADE_SECONDS = 240.0  # the parent's last line of defence: the whole grade, whatever the child does
 _load_counter = itertools.count()
 

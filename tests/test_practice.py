@@ -537,3 +537,16 @@ def test_no_import_cycle_and_workbook_does_not_import_the_practice_round():
         roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert "interview" not in roots, path.name
+
+
+def test_the_short_runs_band_rejects_a_wrecked_run_and_keeps_the_fixed_twins():
+    """The band of the grader's short run (verdicts.BAND_TOLERANCE, measured where it is defined): the fixed twin
+    is inside its own band; sampling from raw logits (B1's hybrid: reward near 0 on the short run) is below it."""
+    import grpo_fixed
+
+    fixed = grading.short_run(grpo_fixed, "grpo_fixed.py", 120)
+    wrecked = grading.short_run(catalog.hybrid("B1"), "B1 hybrid", 120)
+    assert fixed["ratio_ok"] and verdicts.in_band(fixed, fixed) is None, fixed
+    assert fixed["reward"] - verdicts.BAND_TOLERANCE > 0.1, fixed["reward"]  # a floor a wrecked run falls under
+    assert wrecked["reward"] < 0.05, wrecked["reward"]
+    assert "below the fixed trainer's band" in verdicts.in_band(wrecked, fixed), wrecked

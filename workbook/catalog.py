@@ -33,8 +33,6 @@ class Bug:
     stats: tuple[str, ...] = ()
     probe: str = ""
     fix: str = ""
-    source: str = ""
-    """where the mistake was found or reported in public LM RL code (the LM-loop bugs B12 and up)"""
     cards: tuple[str, ...] = ()
     """ids of the drill cards (interview/questions.toml) an interviewer asks after this bug is fixed;
     `make interview` asks them first"""
@@ -146,83 +144,13 @@ BUGS = [
               "the step should be 1.00 (the buggy one is 2236)",
         fix="the norm is measured with max_norm = inf, so nothing is clipped: pass max_grad_norm to "
             "clip_grad_norm_ (it still returns the pre-clip norm for the logs)"),
-    Bug("B12", "sequence_inputs", "training forward without position ids (left-padded rows sit at shifted positions)",
-        symptom="training log-probs differ from the sampler's from the first iteration (logprob_gap about 12 "
-                "nats), but only on rows whose prompt was left-padded: logprob_gap_unpadded stays at rounding "
-                "level; the reward rises more slowly (about 0.54 after a default run where a healthy one reaches "
-                "0.67)",
-        stats=("logprob_gap", "logprob_gap_unpadded", "reward"),
-        source="huggingface/trl issue 6800 (Online DPO, XPO and Nash-MD log-prob forwards pass no position_ids "
-               "under left-padded prompts); huggingface/transformers issue 18388 (generate vs forward logits)",
-        cards=("consistency-not-correctness", "invariants", "debug-method"),
-        probe="one prompt left-padded by two tokens and one unpadded, sampled and then scored by the trainer: "
-              "the per-row gap should be at rounding level on both rows; here only the unpadded row agrees",
-        fix="a model called without position_ids numbers every row 0..L-1, so a left-padded row's real tokens "
-            "sit at shifted positions: pass position_ids = cumsum(attention_mask) - 1, as the sampler does"),
-    Bug("B13", "generate", "sampling without the attention mask (pad tokens attended)",
-        symptom="training log-probs differ from the sampler's from the first iteration (logprob_gap about 4 "
-                "nats), only on rows whose prompt was left-padded; a default run's reward is not visibly hurt "
-                "(the gap, not the reward, is the signal)",
-        stats=("logprob_gap", "logprob_gap_unpadded"),
-        source="the warning 'The attention mask and the pad token id were not set' met by many users of "
-               "model.generate on padded batches (e.g. QwenLM/Qwen3 issue 26)",
-        cards=("consistency-not-correctness", "sampler-test", "debug-method"),
-        probe="the same left-padded and unpadded prompts as B12, compared per row: the padded row's sampler "
-              "log-probs should equal the trainer's",
-        fix="without the attention mask the sampler's queries attend to the left padding, so the sampled "
-            "distribution is not the one the trainer scores: pass the mask at the prompt and at every cached step"),
-    Bug("B14", "completion_mask", "completion mask stops before EOS (EOS never trained)",
-        symptom="the mean completion length is one token shorter than the generated text plus its EOS (about "
-                "1.95 where a healthy run logs 2.95); a default run's reward is not visibly hurt, since the SFT "
-                "model already stops, but the decision to stop is never trained",
-        stats=("completion_length", "mask_eos_mismatch"),
-        source="NVIDIA-NeMo/Automodel pull request 272 (loss mask off by one at EOS); huggingface/trl issue 1623 "
-               "(EOS left out of the loss, generation does not stop)",
-        cards=("loss-aggregation", "truncated-completions", "invariants"),
-        probe="completion [5, EOS, 7, EOS]: the mask should be [1, 1, 0, 0]; here it is [1, 0, 0, 0]",
-        fix="counting the EOS tokens up to and including t drops the first EOS itself: count those strictly "
-            "before t, so the mask ends on the first EOS"),
-    Bug("B15", "repeat_prompts", "prompts tiled instead of repeated (a group holds G different prompts)",
-        symptom="every group mixes prompts from the first iteration; adv_group_mean stays 0 because advantages "
-                "are centred on the wrong groups, and a default run's reward is not visibly hurt (the mixed "
-                "groups act as a batch baseline)",
-        stats=("mixed_groups", "adv_group_mean"),
-        source="dllm-reasoning/d1 issue 19 (groups formed across the batch, not from G completions of one "
-               "prompt); PeterGriffinJin/Search-R1 issue 65",
-        cards=("baseline-independence", "b-equals-g", "why-no-critic"),
-        probe="prompts ['1+2=', '3+4='], G = 2: the batch should be ['1+2=', '1+2=', '3+4=', '3+4=']",
-        fix="prompts * G lays the batch out p0, p1, ..., p0, p1, ...; batch_advantages groups consecutive "
-            "samples, so each prompt must be repeated G times in a row"),
-    Bug("B16", "setup_run", "the reference is the live policy (KL measures nothing)",
-        symptom="the KL to the reference stays small (about 0.02 over the last iterations where a healthy run "
-                "logs 0.2 to 0.4) and ref log-probs equal the old log-probs exactly at every iteration "
-                "(ref_gap = 0); a default run's reward is as good or better: nothing holds the policy near its "
-                "start",
-        stats=("kl", "ref_gap"),
-        source="aburkov/theLMbook issue 8 (a GRPO reference model updated every iteration)",
-        cards=("ref-not-old", "kl-vs-clip", "beta-cost"),
-        probe="after one update, ref log-probs of a fixed batch should differ from the policy's; here they are "
-              "identical, because both names point to one model",
-        fix="the reference must be a frozen copy of the starting policy (deepcopy, eval, no grad), not another "
-            "name for the model being trained"),
-    Bug("B17", "decode_completions", "reward text runs past EOS",
-        symptom="the reward starts well below the SFT model's (about 0.18 where a healthy run starts at 0.3) and "
-                "ends far lower (about 0.38 where a healthy run reaches 0.67); the decoded texts carry characters "
-                "sampled after the EOS",
-        stats=("reward", "text_mismatch"),
-        source="ZHZisZZ/dllm issue 118 (GRPO text rewards computed from the full fixed-length completion, not "
-               "truncated at the first EOS)",
-        cards=("truncated-completions", "invariants", "debug-method"),
-        probe="tokens '1', '9', EOS, '3' with the mask through EOS: the text should be '19'; here it is '193'",
-        fix="the sampler writes T tokens per row; what follows the first EOS is not part of the answer: blank it "
-            "with the mask before decoding"),
 ]
 BUG_IDS = [b.id for b in BUGS]
 _BY_ID = {b.id: b for b in BUGS}
 
 
 def bug(bug_id: str) -> Bug:
-    """The catalog entry for `bug_id` ('B1'..'B17'); ValueError for an unknown id."""
+    """The catalog entry for `bug_id` ('B1'..'B11'); ValueError for an unknown id."""
     try:
         return _BY_ID[bug_id]
     except KeyError:

@@ -141,6 +141,22 @@ def test_float32_mismatch_run_is_the_plain_twin():
     assert all(lw.abs().max() <= grpo_support.STATS["logprob_gap"].hi for lw in run["log_w"])
 
 
+def test_on_policy_run_is_the_plain_twin_and_serves_both_sections():
+    """run_on_policy (run_stale at k = 0) is the float32 run of notebook 07 §1 and the k = 0 run of §2."""
+    run = nb07_off_policy.run_on_policy()
+    plain = grpo_fixed.train(seed=0, **nb07_off_policy.SHORT)
+    assert [s["reward"] for s in run["history"]] == [s["reward"] for s in plain]
+    assert [s["health"] for s in run["history"]] == [s["health"] for s in plain]
+    steps = nb07_off_policy.SHORT["steps"]
+    assert len(run["log_w"]) == len(run["current_reward"]) == steps
+    assert all(lw.abs().max() <= grpo_support.STATS["logprob_gap"].hi for lw in run["log_w"])  # = the float32 gap
+    # the recorded policy is the trained one: the final policy of the float32 mismatch runner (same trajectory)
+    trained = nb07_off_policy.run_mismatch("float32")["policy"]
+    for p_run, p_mismatch in zip(run["policy"].parameters(), trained.parameters(), strict=True):
+        assert torch.equal(p_run, p_mismatch)
+    assert not torch.equal(next(run["policy"].parameters()), next(fresh_policy().parameters()))  # it moved
+
+
 def test_stale_rollout_samples_from_the_policy_k_iterations_old():
     m = fixed_with("t_stale")
     cfg = m.make_config(prompts_per_batch=4)

@@ -53,7 +53,7 @@ STATS = {
 
 SHORT = dict(steps=20, prompts_per_batch=8)
 """every training run of notebook 07: 20 iterations of 8 prompts x 8 samples from the SFT checkpoint, other
-settings default (a notebook of 16 such runs within its time budget)"""
+settings default (a notebook of 11 such runs, about 2 s each, within its time budget)"""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,13 +183,17 @@ def stale_rollout(k: int, anchor: str, fixed_rollout, fixed_policy_logprobs, fix
     "current" and "current + TIS" recompute old_logprobs under the current policy before the update,
     and sampler_logprobs stay pi_behaviour's. log w_t (current vs behaviour) is appended to log_w, and
     stats["current_reward"] is the current policy's reward (current_reward), not the batch's."""
-    snapshots = collections.deque(maxlen=k + 1)
+    snapshots = collections.deque(maxlen=k + 1)  # parameter copies (state dicts), cheaper than model copies
+    behaviour = []  # one model, created once, into which the oldest snapshot is loaded
 
     @torch.no_grad()
     def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
-        snapshots.append(copy.deepcopy(policy).eval())
-        behaviour = snapshots[0]  # (k updates old once the queue is full)
-        batch, stats = fixed_rollout(behaviour, ref_policy, tokenizer, task, cfg, generator)
+        snapshots.append({name: t.detach().clone() for name, t in policy.state_dict().items()})
+        if not behaviour:
+            behaviour.append(copy.deepcopy(policy))
+        behaviour[0].load_state_dict(snapshots[0])  # (k updates old once the queue is full)
+        behaviour[0].eval()
+        batch, stats = fixed_rollout(behaviour[0], ref_policy, tokenizer, task, cfg, generator)
         policy.eval()
         current = fixed_policy_logprobs(policy, batch["prompt_ids"], batch["prompt_mask"], batch["completions"],
                                         batch["mask"], cfg.temperature)  # (N, T)
@@ -217,7 +221,7 @@ def current_reward(policy, tokenizer, task, batch, cfg, iteration: int) -> float
 @functools.cache
 def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 0):
     """train() with rollouts sampled by the policy k iterations old, the clip anchored per `anchor`
-    (ANCHORS); "current + TIS" needs the notebook's tis loss. -> dict(history, log_w, current_reward).
+    (ANCHORS); "current + TIS" needs the notebook's tis loss. -> dict(history, log_w, current_reward, policy).
 
     history[i]["reward"] is the reward of the batch, i.e. of the behaviour policy that sampled it (k updates
     old); current_reward[i] is the mean reward of the current policy (the one being trained) at iteration i,
@@ -228,11 +232,28 @@ def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 
     if (anchor == "current + TIS") != (tis is not None):
         raise ValueError("pass tis exactly when anchor is 'current + TIS'")
     out = dict(log_w=[])
-    stale = lambda m: stale_rollout(k, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, out["log_w"])  # noqa: E731
+
+    def stale(m):
+        inner = stale_rollout(k, anchor, m.rollout, m.policy_logprobs, m.rollout_stats, out["log_w"])
+
+        def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
+            out["policy"] = policy  # trained in place: after train() it is the final policy
+            return inner(policy, ref_policy, tokenizer, task, cfg, generator)
+
+        return rollout
+
     m = fixed_with(f"stale_{k}", wrap={"update_policy": update_policy_with(_tis_term(tis, cap)), "rollout": stale})
     out["history"] = m.train(seed=seed, **SHORT)
     out["current_reward"] = [s["current_reward"] for s in out["history"]]
     return out
+
+
+def run_on_policy(seed: int = 0):
+    """The plain twin (float32 sampler, no staleness) as one cached run that serves both sections of
+    notebook 07: run_stale(0, "behaviour", seed=seed). At k = 0 the sampler is the trainer, so its history
+    is grpo_fixed.train's and log_w is the float32 trainer-vs-sampler gap (tests/test_nb07_off_policy.py
+    checks both). -> dict(history, log_w, current_reward, policy)."""
+    return run_stale(0, "behaviour", seed=seed)
 
 
 # ----------------------------------------------------------------------------------------------

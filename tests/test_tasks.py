@@ -1,5 +1,6 @@
 """The toy tasks (AdditionTask in the twins, the others in workbook/tasks.py) keep the Task contract, and
-their rewards mean what their docstrings say (the quoted start figures are re-measured here)."""
+their rewards mean what their docstrings say (the quoted figures are re-measured here; the default training runs
+they quote are marked slow)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch.nn as nn
 
 import grpo_fixed
 from tinylm import CausalLMOutput, CharTokenizer
+from workbook.run_summary import final_reward
 from workbook.tasks import TASKS, EchoTask, LengthTask, RambleTask, ReverseTask, SparseMatchTask
 
 ALL = pytest.mark.parametrize("name", sorted(TASKS))
@@ -134,6 +136,7 @@ def test_sparse_uniform_policy_succeeds_about_one_time_in_169():
     assert set(reward.unique().tolist()) <= {0.0, 1.0}
     p, n = 1 / 169, 20000  # right digit (1/13), then EOS (1/13)
     assert abs(reward.mean().item() - p) <= 5 * (p * (1 - p) / n) ** 0.5
+    assert f"{(1 - p) ** 8:.0%}" == "95%"  # the docstring's share of zero-variance groups of G = 8
 
 
 def ramble_uniform():
@@ -189,3 +192,67 @@ def test_start_rewards_match_the_docstrings(name, quoted):
         assert round(reward, 3 if quoted < 0.01 else 2) == quoted
         doc = " ".join(type(task).__doc__.split())
         assert f"start reward {quoted}" in doc or f"reward {quoted}," in doc
+
+
+def test_length_start_policy_figures_match_the_docstring():
+    """LengthTask scores the decoded text: len(text) + 1 is the token count with the EOS only without PAD/BOS,
+    and a completion that ran to the limit but drew one of them reads as a shorter text and can score."""
+    _, texts, completions, mask, reward = start_rollout(LengthTask())
+    eos = (completions == TOKENIZER.eos_token_id).any(dim=1)
+    special = ((completions == TOKENIZER.pad_token_id) | (completions == TOKENIZER.bos_token_id)) & mask
+    drew_special = special.any(dim=1)
+    cut = ~eos  # all 8 positions used, no EOS
+    got = (round(reward.mean().item(), 2), round(100 * cut.float().mean().item()),
+           round(100 * (reward[cut] > 0).float().mean().item()))
+    assert got == (0.47, 59, 71)  # the numbers in the docstring
+    assert drew_special[cut & (reward > 0)].all()  # every truncated completion that scores drew a PAD or BOS
+    tokens = mask.sum(dim=1)
+    clean = eos & ~drew_special  # stopped, no PAD or BOS: the text's length + 1 is the token count
+    assert all(len(texts[i]) + 1 == tokens[i] for i in clean.nonzero().flatten().tolist())
+    expected = (1 - (tokens - 5).abs() / 5).clamp(min=0)
+    assert torch.allclose(reward[clean], expected[clean].float())
+
+
+def test_sft_start_policy_rarely_draws_pad_or_bos():
+    """The module docstring's count: PAD or BOS tokens among the completion tokens of the SFT checkpoint's start
+    policy on AdditionTask, EchoTask and ReverseTask."""
+    counts = []
+    for name in ("addition", "echo", "reverse"):
+        _, _, completions, mask, _ = start_rollout(TASKS[name]())
+        special = ((completions == TOKENIZER.pad_token_id) | (completions == TOKENIZER.bos_token_id)) & mask
+        counts.append((int(special.sum()), int(mask.sum())))
+    assert tuple(map(sum, zip(*counts, strict=True))) == (1, 8542)  # the numbers in the docstring
+
+
+class _FreshEchoTask(EchoTask):
+    checkpoint = None
+
+
+class _FreshReverseTask(ReverseTask):
+    checkpoint = None
+
+
+FRESH_VS_SFT = {  # seed -> last-10 reward of the default run: echo from the SFT checkpoint, echo fresh, reverse fresh
+    0: ("0.83", "0.48", "0.29"),
+    1: ("0.83", "0.55", "0.32"),
+    2: ("0.77", "0.44", "0.39"),
+}
+
+
+def test_fresh_start_figures_are_the_docstrings_ranges():
+    echo_sft, echo_fresh, reverse_fresh = (sorted(column) for column in zip(*FRESH_VS_SFT.values(), strict=True))
+    echo, reverse = (" ".join(type(task).__doc__.split()) for task in (EchoTask(), ReverseTask()))
+    assert f"last-10 reward of {echo_sft[0]} to {echo_sft[-1]} from it, seeds 0-2" in echo
+    assert f"at {echo_fresh[0]} to {echo_fresh[-1]} from a fresh TinyLM" in echo
+    assert f"a last-10 reward of {reverse_fresh[0]} to {reverse_fresh[-1]}, seeds 0-2" in reverse
+    bound = 0.325  # the prompt-blind bound: the fresh reverse runs end around it, on both sides
+    assert float(reverse_fresh[0]) < bound < float(reverse_fresh[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", sorted(FRESH_VS_SFT))
+def test_default_runs_from_a_fresh_tinylm(seed):
+    """EchoTask and ReverseTask start from the SFT checkpoint; what the default run reaches from a fresh TinyLM."""
+    got = tuple(f"{final_reward(grpo_fixed.train(task, seed=seed)):.2f}"
+                for task in (EchoTask(), _FreshEchoTask(), _FreshReverseTask()))
+    assert got == FRESH_VS_SFT[seed]

@@ -2,7 +2,7 @@
 
   - the bank: at least 30 questions over the issue's topics, each with a model answer, and every cited
     section exists as a `## K.` heading of notebooks/py/NN_*.py (06 and 07 included: those tests fail
-    until the notebooks land);
+    until the notebooks land); every number a card quotes is in its section's stored outputs or prose;
   - the schedule: box moves, unseen cards first, due dates by box, a 0 back after 3-5 cards, a corrected
     answer is a new card, weakest first, a topic filter, and the draw itself with a fixed seed;
   - the answers log: two writers never lose each other's answers, an old scores file is read once;
@@ -18,7 +18,9 @@ import datetime as dt
 import io
 import json
 import random
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +58,57 @@ def test_every_cited_section_exists(notebook):
     titles = drill.section_titles(source)
     missing = sorted({(q.id, q.section) for q in BANK if q.notebook == notebook and q.section not in titles})
     assert not missing, f"{source.name} has no `## K.` heading for {missing}; it has {sorted(titles)}"
+
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)*(?:e-?\d+)?")
+NOT_FROM_THE_SECTION = {  # card id -> the numbers it quotes from elsewhere, and where from
+    "eps-role": {"1e-8"},  # the twins' default eps (group_advantage's signature)
+    "grad-clip-adam": {"3.2"},  # lr (1 - beta1) / sqrt(1 - beta2) at Adam's defaults, arithmetic
+    "gspo": {"3e-4"},  # the GSPO paper's clip ranges
+}
+
+
+def stored_section(notebook: int, section: int) -> str:
+    """The markdown and the stored outputs of `## K.` section `section` of the executed notebooks/NN_*.ipynb."""
+    path = next(NOTEBOOKS.glob(f"{notebook:02d}_*.ipynb"))
+    current, parts = None, []
+    for cell in json.loads(path.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            for line in source.splitlines():
+                if line.startswith("## "):
+                    heading = re.match(r"## (\d+)\.", line)
+                    current = int(heading.group(1)) if heading else None
+        if current != section:
+            continue
+        if cell["cell_type"] == "markdown":
+            parts.append(source)
+        for output in cell.get("outputs", []):
+            parts.append("".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", "")))
+    return " ".join(parts).replace("\u2212", "-")
+
+
+def quoted_numbers(answer: str) -> set[str]:
+    """The numbers a card quotes that could only come from a measurement: with a decimal point or an exponent,
+    or at least three digits (versions such as 1.16.0, section numbers and small integers left out)."""
+    found = set()
+    for token in NUMBER.findall(re.sub(r"§[\d.]+", "", answer)):  # section numbers are references
+        token = token.lstrip("-").rstrip(",")
+        if token.count(".") <= 1 and ("." in token or "e" in token or len(token.replace(",", "")) >= 3):
+            found.add(token)
+    return found
+
+
+@pytest.mark.parametrize("q", BANK, ids=lambda q: q.id)
+def test_every_number_of_a_card_is_in_its_section(q):
+    """A card's numbers are printed in the stored outputs of the section it cites, or in that section's prose
+    (whose numbers the notebook asserts), up to trailing zeros (0.875 for a printed 0.8750)."""
+    text = stored_section(q.notebook, q.section)
+    missing = sorted(n for n in quoted_numbers(q.answer) - NOT_FROM_THE_SECTION.get(q.id, set())
+                     if not re.search(r"(?<![\d.])" + re.escape(n) + ("0*" if "." in n and "e" not in n else "")
+                                      + r"(?!\d)", text))
+    assert not missing, f"{q.id} quotes {missing}, not in {q.ref}'s stored outputs or prose"
 
 
 def test_section_resolution_on_a_synthetic_source(tmp_path):

@@ -9,7 +9,9 @@ One iteration of train() (Shao et al. 2024, "DeepSeekMath", section 4.1):
                (the frozen SFT model the policy starts from), both without gradient.
   5. Loss      L = -mean_t min(rho_t A, clip(rho_t, 1 - c, 1 + c) A) + beta * KL(pi || pi_ref),
                rho_t = exp(log pi(o_t) - log pi_old(o_t)); the mean runs over every unmasked completion token
-               of the minibatch (as DAPO; DeepSeekMath averages per sequence first).
+               of the minibatch (as DAPO; DeepSeekMath averages per sequence first). The KL term is the k3
+               estimate on the sampled tokens: its value estimates KL(pi || pi_ref), but its expected gradient
+               (through log pi, on tokens from pi_old) is per token that of KL(pi_ref || pi) while pi = pi_old.
   6. Update    inner_epochs passes of minibatch Adam steps on L, gradient norm clipped.
   7. Log       the statistics of the iteration (grpo_support.STATS: what each means, its healthy range).
 

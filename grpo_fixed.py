@@ -9,7 +9,9 @@ One iteration of train() (Shao et al. 2024, "DeepSeekMath", section 4.1):
                (the frozen SFT model the policy starts from), both without gradient.
   5. Loss      L = -mean_t min(rho_t A, clip(rho_t, 1 - c, 1 + c) A) + beta * KL(pi || pi_ref),
                rho_t = exp(log pi(o_t) - log pi_old(o_t)); the mean runs over every unmasked completion token
-               of the minibatch (as DAPO; DeepSeekMath averages per sequence first).
+               of the minibatch (as DAPO; DeepSeekMath averages per sequence first). The KL term is the k3
+               estimate on the sampled tokens: its value estimates KL(pi || pi_ref), but its expected gradient
+               (through log pi, on tokens from pi_old) is per token that of KL(pi_ref || pi) while pi = pi_old.
   6. Update    inner_epochs passes of minibatch Adam steps on L, gradient norm clipped.
   7. Log       the statistics of the iteration (grpo_support.STATS: what each means, its healthy range).
 
@@ -357,10 +359,10 @@ PROBE_DRAWS = 20000
 """samples drawn by the sampling and KL probes"""
 SAMPLING_TOL = 0.02
 """max |empirical frequency - softmax| in the sampling probe: about 6 std of a frequency over PROBE_DRAWS draws
-(sqrt(0.25 / 20000) = 0.0035); raw logits (B1) are off by 0.25"""
+(sqrt(0.25 / 20000) = 0.0035); raw logits (B1) are off by about 0.24"""
 KL_TOL = 0.05
-"""max |k3 mean - exact KL| in the KL probe: about 10 std of the mean over PROBE_DRAWS draws (std of one k3 term
-is about 0.7 here); the reversed estimator (B8) is off by 5"""
+"""max |k3 mean - exact KL| in the KL probe: about 9.5 std of the mean over PROBE_DRAWS draws (std of one k3 term
+is 0.75 here: 0.05 / (0.75 / sqrt(20000)) = 9.5); the reversed estimator (B8) is off by 5"""
 GRAD_TOL = 1e-4
 """slack on the gradient probes (float32 rounding)"""
 

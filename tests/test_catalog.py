@@ -12,8 +12,11 @@ this file under `--impl=buggy` through pytest itself.
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import re
+import statistics
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -25,8 +28,11 @@ import torch
 import torch.nn as nn
 
 import grpo_buggy
+import grpo_fixed
+import grpo_support
 from tinylm import CausalLMOutput, CharTokenizer, TinyLM, TinyLMConfig
-from workbook import catalog
+from workbook import catalog, nb01_bugs
+from workbook.run_summary import final_reward
 
 BUG_ID = re.compile(r"B\d+")
 TOKENIZER = CharTokenizer("0123456789+=")
@@ -335,6 +341,127 @@ def test_B11_the_step_applies_the_gradient_clipped_to_its_l2_norm(impl):
     impl.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=1.0), loss, 1.0)
     moved = (torch.cat([p.detach().flatten() for p in net.parameters()]) - before).norm().item()
     assert moved == pytest.approx(1.0, rel=1e-4), f"the step moved the parameters by {moved:.4g}, not by 1.0"
+
+
+# ----------------------------------------------------------------------------------------------
+# The numbers the hints quote, measured: level 2 on its tiny input, level 1 on default runs (slow)
+
+
+def test_probe_numbers_in_the_hints():
+    """The numbers the level-2 probes quote, on the probes' own tiny inputs (buggy = the single-bug hybrid)."""
+    logits = torch.tensor([1.0, 0.0, -1.0, 0.5])  # (V,): the B10 probe, as in test_B10_*
+    prompt_ids, prompt_mask = torch.tensor([[0, 1, 2]]), torch.tensor([[0, 1, 1]])
+    completions, mask = torch.tensor([[0, 3, 2]]), torch.ones(1, 3, dtype=torch.bool)
+    for impl, quoted in ((grpo_fixed, "[-0.42, -1.42, -4.42]"), (catalog.hybrid("B10"), "[-0.75, -1.25, -2.75]")):
+        out = impl.policy_logprobs(constant_policy(logits), prompt_ids, prompt_mask, completions, mask, 0.5)
+        assert "[" + ", ".join(f"{x:.2f}" for x in out[0].tolist()) + "]" == quoted
+        assert quoted in catalog.bug("B10").probe
+    pi = torch.full((3,), -math.log(3.0), dtype=torch.float64)  # the B8 probe
+    ref = torch.log_softmax(torch.tensor([2.0, 0.0, -2.0], dtype=torch.float64), -1)
+    every = torch.ones(1, 3, dtype=torch.bool)
+    values = [m.kl_to_reference(pi[None], ref[None], every).item() for m in (grpo_fixed, catalog.hybrid("B8"))]
+    assert f"= {values[0]:.3f} exactly (the buggy mean is {values[1]:.2f})" in catalog.bug("B8").probe
+    freq = draw_frequencies(catalog.hybrid("B1"), torch.tensor([2.0, 1.0, 0.0, -1.0, -2.0]), 20000)  # the B1 probe
+    assert "[" + ", ".join(f"{x:.2f}".removeprefix("0") for x in freq.tolist()) + "]" == "[.39, .30, .20, .10, .00]"
+    assert "the buggy ones are about [.39, .30, .20, .10, 0]" in catalog.bug("B1").probe
+
+
+@functools.cache
+def default_run(label: str, seed: int = 0) -> list[dict]:
+    """A default run (70 iterations of 16 prompts x 8) of grpo_fixed or hybrid(label), logging the exact KL."""
+    logger = logging.getLogger("grpo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # hybrids log health warnings
+    try:
+        return nb01_bugs.trainer(label, exact_kl=True).train(seed=seed)
+    finally:
+        logger.setLevel(level)
+
+
+def series(history, key):
+    return [s[key] for s in history]
+
+
+def last10(history, key):
+    return statistics.fmean(series(history, key)[-10:])
+
+
+def quoted(bug_id: str, *texts: str) -> None:
+    """Each text occurs in the bug's level-1 hint."""
+    missing = [t for t in texts if t not in catalog.bug(bug_id).symptom]
+    assert not missing, f"{bug_id}: {missing} not in {catalog.bug(bug_id).symptom!r}"
+
+
+def all_in_range(history):
+    return all(grpo_fixed.in_range(s, name) for s in history for name in grpo_support.STATS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug_id", catalog.BUG_IDS)
+def test_level1_hint_numbers_are_a_default_run(bug_id):
+    """The numbers each level-1 hint quotes, measured on the default run (seed 0) of its single-bug hybrid against
+    the fixed twin's (and seeds 1, 2 where the hint quotes them). Deterministic for a seed: exact roundings."""
+    run, fixed = default_run(bug_id), default_run("fixed")
+    healthy_final = f"{final_reward(fixed):.2f}"
+    assert healthy_final == "0.67"
+    if bug_id == "B1":
+        assert max(series(run, "reward")) < 0.05 and f"{final_reward(run):.2f}" == "0.01"
+        assert f"{statistics.fmean(series(run, 'zero_var_groups')):.3f}" == "0.925"
+        means = [f"{statistics.fmean(series(h, 'completion_length')):.1f}" for h in (run, fixed)]
+        assert means == ["3.8", "3.0"]
+        assert f"{run[0]['entropy']:.1f}" == "0.7"  # stays near it, where the healthy run's falls below 0.3
+        assert min(series(run, "entropy")) > 0.55 > 0.3 > min(series(fixed, "entropy"))
+        quoted("B1", "about 0.01", "zero_var_groups 0.925", "3.8 tokens vs 3.0", "starting 0.7")
+    elif bug_id == "B2":
+        nan_iterations = sum(s["adv_nonfinite"] > 0 for s in run)
+        skipped = sum(series(run, "nonfinite_steps"))
+        assert nan_iterations == sum(s["nonfinite_steps"] > 0 for s in run) > len(run) / 2
+        quoted("B2", f"{nan_iterations} of {len(run)}", f"({skipped} of {len(run) * 4})",
+               f"ends at {final_reward(run):.2f} where a healthy run reaches {healthy_final}")
+    elif bug_id == "B3":
+        assert all(s["ratio_last_maxdev"] == 0 and s["clip_frac_pos"] == s["clip_frac_neg"] == 0 for s in run)
+        quoted("B3", f"ends at {final_reward(run):.2f} where a healthy run reaches {healthy_final}")
+    elif bug_id == "B4":
+        assert all_in_range(run)
+        assert statistics.fmean(series(run, "loss")[:5]) > statistics.fmean(series(fixed, "loss")[:5]) + 0.05
+        quoted("B4", f"ends near {final_reward(run):.2f} where a healthy run reaches {healthy_final}")
+    elif bug_id == "B5":
+        same = lambda h: [{k: v for k, v in s.items() if k != "seconds"} for s in h]  # noqa: E731
+        assert same(run) == same(fixed)
+        quoted("B5", "identical to a healthy one at every iteration")
+    elif bug_id == "B6":
+        gaps = series(run, "logprob_gap")
+        assert (round(min(gaps)), round(max(gaps))) == (13, 15)
+        assert final_reward(run) < run[0]["reward"] and f"{run[0]['reward']:.2f}" == "0.27"
+        assert 100 < max(series(run, "grad_norm")) < 1000
+        quoted("B6", "by 13 to 15 nats", "drifts down from 0.27", "into the hundreds")
+    elif bug_id == "B7":
+        assert all_in_range(run)
+        quoted("B7", f"final reward {final_reward(run):.2f} where a healthy run reaches {healthy_final}")
+    elif bug_id == "B8":
+        assert all(s["kl"] >= 0 for s in run)
+        quoted("B8", f"reads {last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f}",
+               f"spikes to {round(max(series(run, 'kl')))}",
+               f"({last10(run, 'exact_kl'):.2f} vs {last10(fixed, 'exact_kl'):.2f})",
+               f"up to {round(max(series(run, 'grad_norm')))}, where a healthy run peaks at "
+               f"{round(max(series(fixed, 'grad_norm')))}")
+        assert last10(run, "exact_kl") <= last10(fixed, "exact_kl")
+    elif bug_id == "B9":
+        means = series(run, "adv_group_mean")
+        assert f"{min(means):.2f} to {max(means):.0f}" == "0.26 to 1"
+        assert not any(grpo_fixed.in_range(s, "adv_group_mean") for s in run)
+        assert final_reward(run) > run[0]["reward"] + 0.3
+        quoted("B9", "adv_group_mean 0.26 to 1")
+    elif bug_id == "B10":
+        gaps = series(run, "logprob_gap")
+        assert all(s["ratio_first_maxdev"] == 0 for s in run)
+        quoted("B10", f"by {min(gaps):.1f} to {max(gaps):.1f} nats")
+    elif bug_id == "B11":
+        finals = [final_reward(default_run(label, seed)) for label in ("B11", "fixed") for seed in range(3)]
+        assert max(abs(a - b) for a, b in zip(finals[:3], finals[3:], strict=True)) <= 0.03
+        quoted("B11", f"about {round(max(series(run, 'grad_norm')))} vs {round(max(series(fixed, 'grad_norm')))}",
+               "within 0.03", "seeds 0, 1, 2: " + ", ".join(f"{f:.3f}" for f in finals[:3]) + " vs "
+               + ", ".join(f"{f:.3f}" for f in finals[3:]))
 
 
 # ----------------------------------------------------------------------------------------------

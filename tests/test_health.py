@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 
 import pytest
+import torch
 
 import grpo_buggy
 import grpo_fixed
@@ -111,3 +113,25 @@ def test_frozen_ratio_is_fine_when_nothing_can_move_it(healthy_stats):
     for cfg in (grpo_fixed.make_config(inner_epochs=1, minibatches=1), grpo_fixed.make_config(lr=0.0)):
         assert grpo_fixed.check_health(frozen, cfg) == []
     assert grpo_fixed.check_health({**frozen, "zero_var_groups": 1.0}, grpo_fixed.Config()) == []
+
+
+def test_probe_tolerances_are_what_their_docstrings_say():
+    """SAMPLING_TOL's and KL_TOL's docstrings: the noise scale each tolerance is measured in, and how far the bug
+    each probe targets lands (the buggy twin's sampler on the preflight's draws; the reversed k3 exactly)."""
+    source = Path(grpo_fixed.__file__).read_text()
+    n = grpo_fixed.PROBE_DRAWS
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -2.0])  # the sampling probe's logits
+    draws = grpo_buggy.sample_from_logits(logits, n, generator=torch.Generator().manual_seed(0))
+    off = (torch.bincount(draws, minlength=5) / n - torch.softmax(logits, -1)).abs().max().item()
+    freq_std = math.sqrt(0.25 / n)  # the largest std of a frequency (p = 1/2)
+    assert f"about {round(grpo_fixed.SAMPLING_TOL / freq_std)} std" in source and f"= {freq_std:.4f})" in source
+    assert f"raw logits (B1) are off by about {off:.2f}" in source
+    pi = torch.full((3,), -math.log(3.0), dtype=torch.float64)  # the KL probe: pi uniform, pi_ref = softmax(2, 0, -2)
+    ref = torch.log_softmax(torch.tensor([2.0, 0.0, -2.0], dtype=torch.float64), -1)
+    x = ref - pi
+    k3 = x.exp() - x - 1  # (3,): one term per token, each with probability 1/3
+    term_std = (k3 - k3.mean()).pow(2).mean().sqrt().item()
+    in_std = grpo_fixed.KL_TOL / (term_std / math.sqrt(n))
+    reversed_off = ((-x).exp() + x - 1).mean().item() - k3.mean().item()
+    assert f"about {in_std:.1f} std" in source and f"std of one k3 term\nis {term_std:.2f} here" in source
+    assert f"= {in_std:.1f}); the reversed estimator (B8) is off by {round(reversed_off)}" in source

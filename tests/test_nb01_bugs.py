@@ -132,3 +132,43 @@ def test_trainer_labels():
     b9 = nb01_bugs.trainer("B9")
     assert b9.batch_advantages.__code__.co_code == grpo_buggy.batch_advantages.__code__.co_code
     assert nb01_bugs.ABLATION_RUNS == ["fixed", "buggy", *[f"B{i}" for i in range(1, 12)]]
+
+
+def test_exact_kl_runs_are_the_plain_runs_plus_an_exact_kl():
+    """trainer(label, exact_kl=True) runs the same trainer: every logged stat equal, plus exact_kl, which is 0 at
+    iteration 0 (the policy is its reference) and the per-position sum over the vocabulary after that."""
+    for label in ("fixed", "B8"):
+        plain = nb01_bugs.trainer(label).train(seed=0, steps=3, prompts_per_batch=4)
+        logged = nb01_bugs.trainer(label, exact_kl=True).train(seed=0, steps=3, prompts_per_batch=4)
+        strip = lambda h: [{k: v for k, v in s.items() if k not in ("seconds", "exact_kl")} for s in h]  # noqa: E731
+        assert strip(plain) == strip(logged), label
+        assert logged[0]["exact_kl"] == 0.0 and all(s["exact_kl"] > 0 for s in logged[1:]), label
+    with pytest.raises(ValueError):
+        nb01_bugs.trainer("buggy", exact_kl=True)
+
+
+def test_with_exact_kl_is_the_kl_of_the_tempered_distributions():
+    """On one rollout of a perturbed policy: the mean over generated positions of sum_v p log(p / q), p and q the
+    policy's and the reference's softmax(logits / T), computed here by hand from TinyLM's full forward."""
+    cfg = grpo_fixed.make_config(prompts_per_batch=2, group_size=3, temperature=0.7)
+    task = grpo_fixed.AdditionTask()
+    policy, ref_policy, tokenizer, _, generator = grpo_fixed.setup_run(task, cfg, 0)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    module = nb01_bugs.trainer("fixed", exact_kl=True)
+    batch, stats = module.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
+    ids = torch.cat([batch["prompt_ids"], batch["completions"]], 1)
+    attention = torch.cat([batch["prompt_mask"].long(), batch["mask"].long()], 1)
+    positions = grpo_fixed.position_ids(attention)
+    T = batch["completions"].shape[1]
+    kls = []
+    for n in range(ids.shape[0]):
+        for t in range(T):
+            if batch["mask"][n, t]:
+                at = ids.shape[1] - T - 1 + t  # the position that predicts completion token t
+                with torch.no_grad():
+                    lp, lq = (torch.log_softmax(m(ids, attention_mask=attention, position_ids=positions).logits[n, at]
+                                                / cfg.temperature, -1) for m in (policy, ref_policy))
+                kls.append((lp.exp() * (lp - lq)).sum().item())
+    assert stats["exact_kl"] == pytest.approx(sum(kls) / len(kls), rel=1e-4) and stats["exact_kl"] > 0

@@ -40,28 +40,31 @@ class Bug:
 
 BUGS = [
     Bug("B1", "sample_from_logits", "sampling from raw logits (no softmax)",
-        symptom="the reward drops to about 0.01 from the first iteration (the SFT model it starts from scores about "
-                "0.3) and never recovers; nearly every group's rewards are all 0, completions run longer than a "
-                "healthy run's (3.8 tokens vs 2.9) and the logged entropy stays near its starting 0.7",
+        symptom="the reward is about 0.01 from the first iteration on (the SFT model it starts from scores about "
+                "0.3) and never recovers; nearly every group's rewards are all 0 (zero_var_groups 0.925 on average), "
+                "completions run longer than a healthy run's (3.8 tokens vs 3.0 on average) and the logged entropy "
+                "stays near its starting 0.7",
         stats=("reward", "zero_var_groups", "completion_length", "entropy"),
         cards=("sampler-test", "debug-method"),
         probe="logits [2, 1, 0, -1, -2], 20 000 draws: the frequencies should be softmax [.64, .23, .09, .03, .01]; "
               "the buggy ones are about [.39, .30, .20, .10, 0]",
-        fix="raw logits (shifted to be non-negative) go to torch.multinomial, which wants probabilities: pass "
-            "softmax(logits), stable for logits of any size"),
+        fix="raw logits (shifted to be non-negative) go to torch.multinomial, which draws in proportion to the "
+            "non-negative weights it is given: pass softmax(logits), stable for logits of any size"),
     Bug("B2", "group_advantage", "no epsilon in the advantage's std (constant group gives NaN)",
-        symptom="advantages turn NaN whenever some prompt's group has all-equal rewards (all wrong or all right: "
-                "about one group in ten early on, more as the task gets solved); the loss is NaN in most iterations, "
-                "those updates are skipped, and the reward climbs more slowly than a healthy run's",
+        symptom="some advantages are NaN (adv_nonfinite > 0) in most iterations (52 of 70 in a default run); the "
+                "loss is NaN there and those updates are skipped (207 of 280), and the reward climbs more slowly "
+                "than a healthy run's (it ends at 0.53 where a healthy run reaches 0.67)",
         stats=("adv_nonfinite", "nonfinite_steps", "zero_var_groups"),
         cards=("eps-role", "zero-variance", "tiny-reward-scale"),
-        probe="rewards [1, 1, 1, 1]: the advantages should be exact zeros (the buggy ones are NaN); "
+        probe="a group whose rewards are all equal (all wrong or all right), rewards [1, 1, 1, 1]: the advantages "
+              "should be exact zeros (the buggy ones are NaN); "
               "[1.7e308, -1.7e308] should give [1, -1] (the variance overflows to inf)",
         fix="(r - mean) / std divides 0 by 0 for a constant group: return zeros for it, add eps > 0 to the std, "
             "and rescale huge rewards before the mean and variance so neither overflows"),
     Bug("B3", "update_policy", "old log-probs recomputed inside the inner loop (ratio is always 1)",
         symptom="the importance ratio never leaves 1, even at the last of several inner steps, and nothing is "
-                "ever clipped: the trust region does nothing; the reward climbs more slowly than a healthy run's",
+                "ever clipped (both clip fractions are 0 in every iteration); the reward climbs more slowly than a "
+                "healthy run's (it ends at 0.57 where a healthy run reaches 0.67)",
         stats=("ratio_last_maxdev", "clip_frac_pos", "clip_frac_neg"),
         cards=("old-logprobs-no-grad", "clip-frac-zero", "single-inner-step"),
         probe="two inner steps on one rollout batch: the second step's ratio should differ from 1; the buggy "
@@ -78,17 +81,17 @@ BUGS = [
         fix="clamp(ratio * A, 1 - c, 1 + c) clips the product: clip the ratio, then multiply, "
             "clamp(ratio, 1 - c, 1 + c) * A (with A < 0 that flips which side is the pessimistic one)"),
     Bug("B5", "masked_mean", "masked tokens reach the loss sum; all-masked batch divides 0 by 0",
-        symptom="a default run looks healthy (the padded positions hold finite log-probs); the loss would turn NaN "
-                "for a minibatch whose every completion token is masked, or once a padded position holds -inf or "
-                "NaN (-inf * 0 = NaN)",
+        symptom="no training statistic shows it: a default run is identical to a healthy one at every iteration "
+                "(no NaN loss, no skipped step); probe a tiny input instead",
         stats=("loss", "nonfinite_steps"),
         cards=("loss-aggregation", "invariants"),
-        probe="an all-False mask should give 0.0 (the buggy one is NaN); values [1, 3, nan] with mask "
-              "[1, 1, 0] should give 2.0",
+        probe="the loss would turn NaN for a minibatch whose every completion token is masked, or once a padded "
+              "position holds -inf or NaN (-inf * 0 = NaN): an all-False mask should give 0.0 (the buggy one is "
+              "NaN); values [1, 3, nan] with mask [1, 1, 0] should give 2.0",
         fix="(values * mask).sum() / mask.sum() lets NaN and inf through the mask and divides 0 by 0: select "
             "the unmasked values (torch.where), and divide by max(1, count)"),
     Bug("B6", "completion_logits", "log-prob shift misalignment (logit t scored against token t)",
-        symptom="training log-probs differ from the sampler's on the very same tokens (by about 13 nats), the "
+        symptom="training log-probs differ from the sampler's on the very same tokens (by 13 to 15 nats), the "
                 "reward does not rise (it drifts down from 0.27) and the gradient norm spikes into the hundreds",
         stats=("logprob_gap", "reward", "grad_norm"),
         cards=("consistency-not-correctness", "invariants", "debug-method"),
@@ -98,50 +101,59 @@ BUGS = [
         fix="in a causal LM the logit at position l predicts token l + 1, so the completion's T tokens are scored "
             "by the T positions before the last one, logits[:, -T - 1 : -1], not logits[:, -T:]"),
     Bug("B7", "token_logprobs", "log(softmax) instead of log_softmax",
-        symptom="a default run looks healthy: its policy never grows confident enough; -inf log-probs and NaN "
-                "losses would appear once some sampled or padded token's probability underflows float32 (a logit "
-                "gap above about 100)",
+        symptom="no training statistic shows it in a default run (no NaN loss, no skipped step, every statistic "
+                "in its healthy range, final reward 0.66 where a healthy run reaches 0.67); a longer run whose "
+                "policy grows far more confident would show non-finite losses and skipped steps (nonfinite_steps > 0)",
         stats=("loss", "nonfinite_steps"),
         cards=("log-softmax", "invariants"),
-        probe="logits [0, 200], token 0: the log-prob should be -200; the buggy one is -inf (softmax underflows "
-              "to 0 first)",
+        probe="-inf log-probs appear once some sampled or padded token's probability underflows float32 (a logit "
+              "gap above about 104): logits [0, 200], token 0: the log-prob should be -200; the buggy one is -inf "
+              "(softmax underflows to 0 first)",
         fix="log(softmax(x)) underflows to log(0) = -inf: compute log_softmax (x - logsumexp(x)) directly"),
     Bug("B8", "kl_to_reference", "KL estimator with the log-ratio reversed",
-        symptom="the KL to the reference stays >= 0 (so no sign check fires) but grows far too fast (about 1 nat "
-                "over the last iterations where a healthy run logs 0.2, with spikes to 7), and the loss and the "
-                "gradient norm spike with it (into the thousands)",
+        symptom="the logged kl stays >= 0 (so no sign check fires) but reads 0.95 on average over the last 10 "
+                "iterations of a default run, where a healthy run logs 0.20, with spikes to 7; yet the policy's "
+                "exact KL to the reference (summed over the vocabulary) is no larger than a healthy run's (0.22 vs "
+                "0.23); the gradient norm spikes into the thousands (up to 4303, where a healthy run peaks at 12) "
+                "and the loss with it",
         stats=("kl", "grad_norm", "loss"),
         cards=("flipped-kl-sign", "k-estimators", "negative-k1"),
         probe="pi uniform on 3 tokens, pi_ref = softmax([2, 0, -2]), one copy of each token: the mean of k3 "
               "should equal KL(pi || pi_ref) = 1.044 exactly (the buggy mean is 6.03)",
         fix="k3 = exp(x) - x - 1 needs x = log pi_ref - log pi on tokens sampled from pi; with the log-ratio "
-            "reversed it estimates chi-square minus KL"),
+            "reversed its value estimates chi-square(pi || pi_ref) minus KL, and its gradient is half the gradient "
+            "of chi-square: still a pull toward the reference, but one that explodes on tokens where pi >> pi_ref"),
     Bug("B9", "batch_advantages", "groups reshaped along the wrong axis (baseline mixes prompts)",
-        symptom="advantages are no longer centred within each prompt's group (invisible to that statistic when "
-                "B divides G; at B == G the wrong reshape happens to be right), while the reward still rises",
+        symptom="advantages are no longer centred within each prompt's group (adv_group_mean 0.26 to 1 in a "
+                "default run, where a healthy run's is float rounding), while the reward still rises as a healthy "
+                "run's does",
         stats=("adv_group_mean",),
         cards=("b-equals-g", "baseline-independence", "advantage-scaling"),
         probe="rewards [0, 1, 2, 5, 6, 8] for 2 prompts x 3 samples: each prompt should be normalised within "
-              "its own 3 rewards",
+              "its own 3 rewards (the centring statistic misses it when B divides G, and at B == G the wrong "
+              "reshape happens to be right)",
         fix="the batch is laid out prompt by prompt, so the groups are rewards.view(B, G) = view(-1, G); "
             "view(G, B) puts samples of different prompts in one group"),
     Bug("B10", "policy_logprobs", "temperature used for sampling but not for training log-probs",
-        symptom="training log-probs differ from the sampler's while the ratio is exactly 1 at the first inner "
-                "step: the update optimises a different distribution than the one sampled",
+        symptom="training log-probs differ from the sampler's on the very same tokens (by 0.6 to 2.2 nats in a "
+                "default run, where a healthy run's gap is float rounding) while the ratio is exactly 1 at the "
+                "first inner step",
         stats=("logprob_gap", "ratio_first_maxdev"),
         cards=("consistency-not-correctness", "sampler-offset", "sampler-numerics"),
-        probe="a constant-logits policy, temperature 0.5: the training log-probs should be "
-              "log_softmax(logits / 0.5) of the tokens",
+        probe="a fake LM whose logits are [1, 0, -1, 0.5] at every position, temperature 0.5, completion tokens "
+              "[0, 3, 2]: the training log-probs should be log_softmax(logits / 0.5) of those tokens, [-0.42, "
+              "-1.42, -4.42] (the buggy ones, log_softmax(logits), are [-0.75, -1.25, -2.75])",
         fix="sampling draws from softmax(logits / T), so training must score under the same distribution: "
             "divide the logits by the temperature"),
     Bug("B11", "optimizer_step", "no gradient clipping",
         symptom="a default run looks healthy: the logged (pre-clip) gradient norm peaks a little higher than a "
-                "healthy run's (about 19 vs 12) and the reward stays within a healthy run's seed-to-seed spread; "
-                "nothing in the logs shows that those norms went into the update unclipped",
+                "healthy run's (about 19 vs 12) and the final reward is within 0.03 of a healthy run's on the same "
+                "seed (seeds 0, 1, 2: 0.641, 0.659, 0.683 vs 0.671, 0.655, 0.679)",
         stats=("grad_norm",),
         cards=("grad-clip-adam", "pre-clip-norm", "grad-clip-where"),
-        probe="nn.Linear(4, 1), loss 1000 * net(ones(1, 4)).sum(), max_grad_norm 1: the gradient norm after "
-              "the step should be 1.00 (the buggy one is 2236)",
+        probe="nothing in the logs shows whether those norms went into the update unclipped: nn.Linear(4, 1), "
+              "loss 1000 * net(ones(1, 4)).sum(), max_grad_norm 1: the gradient norm the step applies (after "
+              "clipping) should be 1.00 (the buggy one is 2236)",
         fix="the norm is measured with max_norm = inf, so nothing is clipped: pass max_grad_norm to "
             "clip_grad_norm_ (it still returns the pre-clip norm for the logs)"),
 ]

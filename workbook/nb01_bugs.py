@@ -14,8 +14,9 @@ import torch
 
 import grpo_buggy
 import grpo_fixed
-from workbook.catalog import BUG_IDS, hybrid
+from workbook.catalog import BUG_IDS, bug, hybrid
 from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
+from workbook.swap import fixed_with
 
 TWINS = (grpo_buggy, grpo_fixed)
 
@@ -175,9 +176,35 @@ def masked_mean_figure(estimates, paddings: dict, *, width: int = 8):
 ABLATION_RUNS = ["fixed", "buggy", *BUG_IDS]
 
 
-def trainer(label: str):
-    """The module a run label stands for."""
-    return {"fixed": grpo_fixed, "buggy": grpo_buggy}.get(label) or hybrid(label)
+def with_exact_kl(module):
+    """A wrap factory for workbook.swap.fixed_with: module.rollout that also logs stats["exact_kl"], the exact
+    KL(pi || pi_ref) of the two sampling distributions softmax(logits / T) (summed over the vocabulary, so without
+    sampling noise) averaged over the batch's generated positions, at the policy that sampled the batch. It is
+    scored with grpo_fixed's functions whatever bug the module carries, and draws nothing: the run is unchanged."""
+    rollout = module.rollout
+
+    @torch.no_grad()
+    def rollout_with_exact_kl(policy, ref_policy, tokenizer, task, cfg, generator):
+        batch, stats = rollout(policy, ref_policy, tokenizer, task, cfg, generator)
+        args = (batch["prompt_ids"], batch["prompt_mask"], batch["completions"], batch["mask"])
+        logp = torch.log_softmax(grpo_fixed.completion_logits(policy, *args) / cfg.temperature, -1)  # (N, T, V)
+        logq = torch.log_softmax(grpo_fixed.completion_logits(ref_policy, *args) / cfg.temperature, -1)  # (N, T, V)
+        per_position = (logp.exp() * (logp - logq)).sum(-1)  # (N, T)
+        stats["exact_kl"] = grpo_fixed.masked_mean(per_position, batch["mask"]).item()
+        return batch, stats
+
+    return rollout_with_exact_kl
+
+
+def trainer(label: str, exact_kl: bool = False):
+    """The module a run label stands for; with exact_kl, a copy of it whose rollout also logs stats["exact_kl"]
+    (with_exact_kl; not for "buggy", which is not a copy of grpo_fixed)."""
+    if not exact_kl:
+        return {"fixed": grpo_fixed, "buggy": grpo_buggy}.get(label) or hybrid(label)
+    if label == "buggy":
+        raise ValueError("exact_kl needs a copy of grpo_fixed: 'fixed' or a bug id")
+    sites = {} if label == "fixed" else {bug(label).function: getattr(grpo_buggy, bug(label).function)}
+    return fixed_with(f"{label}_exact_kl", wrap={"rollout": with_exact_kl}, **sites)
 
 
 def first_failures(history, cfg) -> dict:
@@ -189,9 +216,10 @@ def first_failures(history, cfg) -> dict:
     return first
 
 
-def ablation(seed: int = 0, **overrides) -> dict:
-    """Train every run of ABLATION_RUNS with the same seed and overrides. -> label -> history"""
-    return {label: trainer(label).train(seed=seed, **overrides) for label in ABLATION_RUNS}
+def ablation(seed: int = 0, exact_kl: tuple[str, ...] = (), **overrides) -> dict:
+    """Train every run of ABLATION_RUNS with the same seed and overrides; the runs labelled in exact_kl also log
+    stats["exact_kl"] (trainer(label, exact_kl=True)). -> label -> history"""
+    return {label: trainer(label, label in exact_kl).train(seed=seed, **overrides) for label in ABLATION_RUNS}
 
 
 def ablation_bars(ax, rewards: dict, random_reward: float):

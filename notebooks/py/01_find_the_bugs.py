@@ -273,10 +273,29 @@ ax_b.legend(fontsize="small")
 plt.show()
 
 # %% [markdown]
-# **Log symptom.** Nothing in the per-iteration stats names it: `sampler_logprobs` are computed with
-# `log_softmax`, so they describe a distribution the tokens were *not* drawn from, and every log-prob-based
-# stat still looks healthy. Temperature sweeps "do nothing", and the reward plateaus (notebook 01 §13).
-# **Caught by** the preflight probe *sampling frequencies match softmax(logits)*.
+# What the training logs see: the first rollout of a default run (16 prompts x 8 samples, seed 0, before any
+# update), B1 against the fixed twin on the same prompts:
+
+# %%
+first_rollout = {}
+for label, module in (("B1", HYBRID["B1"]), ("fixed", grpo_fixed)):
+    row = first_rollout[label] = nb01_bugs.tiny_rollout(module).stats  # default config: iteration 0 of train()
+    print(f"{label:5s} reward {row['reward']:.4f}   zero_var_groups {row['zero_var_groups']:.4f}   "
+          f"completion_length {row['completion_length']:.2f}   logprob_gap {row['logprob_gap']:.1e}")
+assert f"{first_rollout['B1']['reward']:.4f} {first_rollout['fixed']['reward']:.4f}" == "0.0078 0.2734"  # as quoted
+assert f"{first_rollout['B1']['zero_var_groups']:.4f}" == "0.9375"
+assert all(grpo_fixed.in_range(row, "logprob_gap") for row in first_rollout.values())
+
+# %% [markdown]
+# **Log symptom.** The reward collapses at once: 0.0078 at iteration 0 where the SFT model, sampled correctly,
+# scores 0.2734 on the same prompts, and 15 of 16 groups are all wrong (`zero_var_groups` 0.9375), so they carry
+# no learning signal. It never recovers (notebook 01 §13: the B1 run stays near 0). Some statistics leave their
+# healthy range at some iterations (a clip fraction, in notebook 01 §13's run) or exceed what healthy runs show
+# (the gradient norm), but those are symptoms, not a diagnosis: they say the update is unusual, not that the
+# sampler is wrong. The statistic that would point at the sampler stays healthy: `sampler_logprobs` are computed
+# with `log_softmax`, so they describe a distribution the tokens were *not* drawn from, and `logprob_gap`
+# compares them with training log-probs of that same distribution (printed above). Temperature sweeps "do
+# nothing". **Caught by** the preflight probe *sampling frequencies match softmax(logits)*.
 #
 # > **You should know.** `torch.multinomial` takes non-negative *weights*, so it happily accepts shifted logits
 # > without complaint. Always test a sampler by its empirical frequencies against `softmax` on 5 logits.
@@ -374,9 +393,16 @@ plt.show()
 # **Question.** What is the ratio $\rho_t = \exp(\log\pi_\theta - \log\pi_{\text{old}})$ at the 2nd, 3rd and 4th
 # inner step, if `old_logprobs = logprobs.detach()` is computed inside the loop?
 #
-# **Equation.** $\pi_{\text{old}}$ is the behaviour policy that sampled the batch: cached once at rollout.
-# Recomputing it from the current weights makes $\rho \equiv 1$, so clipping never acts and every inner step
-# is a plain policy-gradient step.
+# **Equation.** $\pi_{\text{old}}$ is the behaviour policy that sampled the batch: cached once at rollout. The
+# surrogate's gradient is $\mathbb{E}_{o \sim \pi_{\text{old}}}[\rho_t A \nabla\log\pi_\theta(o_t)]$, and the
+# importance weight $\rho_t = \pi_\theta/\pi_{\text{old}}$ is what corrects for the samples coming from
+# $\pi_{\text{old}}$. Recomputing $\pi_{\text{old}}$ from the current weights (`logprobs.detach()`) makes
+# $\rho \equiv 1$ in value while its gradient is still $\nabla\log\pi_\theta$: every inner step is a
+# policy-gradient step $A\nabla\log\pi_\theta$ *without the importance weight*, and clipping never acts. At the
+# first optimizer step of a rollout batch $\pi_\theta = \pi_{\text{old}}$, so nothing is lost; from the second
+# step on the weights have moved, the samples are off-policy, and the gradient is biased. The default config
+# takes `inner_epochs` x `minibatches` = 2 x 2 = 4 optimizer steps per rollout batch; even with one epoch and two
+# minibatches the second minibatch is already off-policy.
 #
 # **Tiny input.** One rollout of 4 prompts x 8 samples, one call to `update_policy` (2 epochs x 2
 # minibatches = 4 inner steps), the same seed for both:
@@ -390,7 +416,9 @@ for label, module in (("B3", HYBRID["B3"]), ("fixed", grpo_fixed)):
     print(f"{label:5s} max|ratio - 1| per inner step {[f'{d:.4f}' for d in inner[label]]}   "
           f"clipped tokens {[r['clipped_pos'] + r['clipped_neg'] for r in records]}")
 cfg = run.cfg
-print(f"healthy ratio_last_maxdev {render_range('ratio_last_maxdev')}")
+print(f"healthy ratio_last_maxdev {render_range('ratio_last_maxdev')}   default config: inner_epochs "
+      f"{cfg.inner_epochs} x minibatches {cfg.minibatches} = {cfg.inner_epochs * cfg.minibatches} optimizer steps")
+assert cfg == grpo_fixed.make_config(prompts_per_batch=4) and (cfg.inner_epochs, cfg.minibatches) == (2, 2)
 assert inner["B3"] == [0.0] * 4 and not grpo_fixed.in_range({"ratio_last_maxdev": inner["B3"][-1]}, "ratio_last_maxdev")
 assert inner["fixed"][0] == 0.0 and min(inner["fixed"][1:]) > cfg.clip
 
@@ -410,17 +438,19 @@ plt.show()
 # step on; B3's stays exactly 1 throughout. **Log symptom.** `ratio_last_maxdev` stays exactly 0 (below its
 # healthy range, printed above) and `clip_frac_pos` / `clip_frac_neg` stay 0 for the whole run. **Caught by**
 # the health check *ratio moves after updates* (no preflight probe can see it: the bug is in the loop, not in a
-# building block). What it costs: the clipped trust region is gone, which matters when the policy moves far
-# within one batch; notebook 01 §13 shows its final reward here and notebook 02 shows the ratio's regime (more
-# inner epochs, a larger learning rate).
+# building block). What it costs: the importance weight and the clipped trust region are gone, which matters
+# more the further the policy moves within one batch; notebook 01 §13 shows its final reward here and notebook 02
+# shows the ratio's regime (more inner epochs, a larger learning rate).
 #
 # > **You should know.** The ratio is exactly 1 at the first inner step and must *move* afterwards. A ratio
 # > that is always 1 means $\pi_{\text{old}}$ is not the behaviour policy.
 #
 # <details><summary>With inner_epochs=1 and minibatches=1, is B3 still a bug?</summary>
 #
-# No observable one: with a single inner step the ratio is 1 anyway (same weights), and the gradient of
-# $\rho A$ at $\rho = 1$ equals the policy gradient. It becomes a bug as soon as one batch is reused.
+# No observable one: with a single optimizer step per rollout batch the ratio is 1 anyway (same weights), and the
+# gradient of $\rho A$ at $\rho = 1$ equals the policy gradient. It becomes a bug as soon as a rollout batch
+# feeds more than one optimizer step: a second epoch over it, or just a second minibatch (`inner_epochs=1,
+# minibatches=2`), whose samples came from the weights before the first step.
 # </details>
 
 # %% [markdown]
@@ -706,6 +736,20 @@ ax_b.set_ylabel("log pi(token 0)")
 plt.show()
 
 # %% [markdown]
+# Where those two thresholds come from: float32's smallest normal and smallest subnormal numbers, and what
+# rounding does to $e^{-d}$ below them:
+
+# %%
+tiny_normal, tiny_subnormal = torch.finfo(torch.float32).smallest_normal, 2.0**-149
+below = {x: torch.tensor(x, dtype=torch.float64).float().item() for x in (2.0**-150, 2.0**-150 * 1.001)}
+print(f"smallest normal {tiny_normal:.3g} = e^-{-math.log(tiny_normal):.2f}   smallest subnormal 2^-149 = "
+      f"{torch.tensor(tiny_subnormal).item():.3g}")
+print("rounded to float32: " + ", ".join(f"{x:.4g} -> {y:.3g}" for x, y in below.items())
+      + f"   (2^-150 = e^-{150 * math.log(2):.2f})")
+assert below == {2.0**-150: 0.0, 2.0**-150 * 1.001: tiny_subnormal}  # exactly half rounds to even (0), above up
+assert math.floor(150 * math.log(2)) + 1 == first_inf[torch.float32]  # 103.97: the first integer gap is 104
+
+# %% [markdown]
 # **Log symptom.** A `-inf` log-prob makes the ratio and the loss non-finite: `nonfinite_steps > 0`, a `kl`
 # of inf. **Regime.** Our tiny policy never gets that confident in a short run: the B7 run in notebook 01 §13
 # has no non-finite step and the fixed run's reward at every iteration. It bites with large logits (long training,
@@ -717,10 +761,12 @@ plt.show()
 #
 # <details><summary>Before the -inf, is log(softmax) at least accurate?</summary>
 #
-# No: from about $d = 87.3$ ($e^{-d}$ below float32's smallest normal number, $1.18\cdot10^{-38}$) to
-# $d \approx 104$ (where $e^{-d}$ drops below half the smallest subnormal, $1.4\cdot10^{-45}$, and rounds to 0) the
-# probability is stored with fewer and fewer significant bits, so the log-prob drifts: at $d = 100$ the buggy
-# version returned -99.9831 instead of -100 (printed above).
+# No: from $d = 87.34$ ($e^{-d}$ below float32's smallest normal number, $1.18\cdot10^{-38}$) to
+# $d = 150\ln 2 = 103.97$ the probability is a subnormal number, stored with fewer and fewer significant bits, so
+# the log-prob drifts: at $d = 100$ the buggy version returned -99.9831 instead of -100 (printed above). Past
+# 103.97, $e^{-d}$ is below $2^{-150} \approx 7.0\cdot10^{-46}$, half the smallest subnormal $2^{-149} \approx
+# 1.4\cdot10^{-45}$, and rounds to 0 (exactly $2^{-150}$ rounds to even, 0; just above it rounds up to
+# $1.4\cdot10^{-45}$; printed above): $\log 0 = -\infty$.
 # </details>
 
 # %% [markdown]
@@ -734,6 +780,16 @@ plt.show()
 # $\mathbb{E}_\pi[e^{x} - x - 1] = \mathbb{E}_\pi[\pi/\pi_{\text{ref}}] - 1 - \mathrm{KL}
 # = \chi^2(\pi\|\pi_{\text{ref}}) - \mathrm{KL}$ (with $\chi^2 = \sum_v \pi_v^2/\pi_{\text{ref},v} - 1$), a different
 # quantity that blows up where $\pi_{\text{ref}}$ is small.
+#
+# **Gradient.** The trainer differentiates the estimator through $\log\pi$ on the sampled tokens. Correct k3:
+# $\partial k_3/\partial\log\pi = 1 - \pi_{\text{ref}}/\pi$, so $\mathbb{E}_\pi[\nabla k_3] = \sum_v (\pi_v -
+# \pi_{\text{ref},v})\nabla\log\pi_v = \nabla\mathrm{KL}(\pi_{\text{ref}}\|\pi)$: the value estimates
+# $\mathrm{KL}(\pi\|\pi_{\text{ref}})$, the gradient is the other direction's (the two agree to first order near
+# the reference). Reversed: the weight is $\pi/\pi_{\text{ref}} - 1$, and $\mathbb{E}_\pi[\nabla k_3^{\text{rev}}] =
+# \sum_v (\pi_v^2/\pi_{\text{ref},v})\nabla\log\pi_v = \tfrac12\nabla\chi^2(\pi\|\pi_{\text{ref}})$ (notebook 04 §2.2
+# derives both). $\chi^2$ is smallest, 0, at $\pi = \pi_{\text{ref}}$, so B8 still pulls the policy *toward* the
+# reference: it is not a repeller. But its weight is unbounded on tokens the policy likes far more than the
+# reference does, where the correct weight never exceeds 1.
 #
 # **Tiny input.** $\pi$ uniform over 3 tokens, $\pi_{\text{ref}} = \mathrm{softmax}(2, 0, -2)$. Because $\pi$ is
 # uniform, the plain mean over the 3 tokens *is* the expectation under $\pi$ (no sampling noise):
@@ -766,15 +822,50 @@ ax_b.legend(fontsize="small")
 plt.show()
 
 # %% [markdown]
+# The gradients on the same tiny input, $\pi = \mathrm{softmax}(\theta)$ at $\theta = 0$: each estimator on the 3
+# tokens (their plain mean is the expectation under $\pi$) differentiated with respect to $\theta$ through
+# $\log\pi$, beside the gradients of three divergences:
+
+# %%
+theta = torch.zeros(1, 3, requires_grad=True)  # (N, V): pi = softmax(theta), uniform as above
+kl_grad = {}
+for label, module in (("B8", HYBRID["B8"]), ("fixed", grpo_fixed)):
+    (kl_grad[label],) = torch.autograd.grad(module.kl_to_reference(torch.log_softmax(theta, -1), logp_ref, every),
+                                            theta)
+divergences = {
+    "chi2(pi||ref) / 2": lambda lp: 0.5 * ((2 * lp).exp() / logp_ref.exp()).sum(),
+    "KL(ref||pi)": lambda lp: (logp_ref.exp() * (logp_ref - lp)).sum(),
+    "KL(pi||ref)": lambda lp: (lp.exp() * (lp - logp_ref)).sum(),
+}
+for name, f in divergences.items():
+    (kl_grad[name],) = torch.autograd.grad(f(torch.log_softmax(theta, -1)), theta)
+for name, g in kl_grad.items():
+    print(f"grad {name:18s} {[f'{x:+.4f}' for x in g[0].tolist()]}")
+step = {label: divergences["KL(pi||ref)"](torch.log_softmax(theta - 0.1 * kl_grad[label], -1)).item()
+        for label in ("B8", "fixed")}
+print(f"KL(pi||ref) {kl:.4f}; after a step of 0.1 against the gradient of B8: {step['B8']:.4f}, "
+      f"of fixed: {step['fixed']:.4f}")
+assert torch.allclose(kl_grad["B8"], kl_grad["chi2(pi||ref) / 2"], atol=1e-6)
+assert torch.allclose(kl_grad["fixed"], kl_grad["KL(ref||pi)"], atol=1e-6)
+assert not torch.allclose(kl_grad["fixed"], kl_grad["KL(pi||ref)"], atol=1e-2)  # the value's KL, not the gradient's
+assert step["B8"] < kl and step["fixed"] < kl  # both pull toward the reference
+
+# %% [markdown]
+# B8's gradient is $\frac12\nabla\chi^2$ and the fixed one's is $\nabla\mathrm{KL}(\pi_{\text{ref}}\|\pi)$, not
+# $\nabla\mathrm{KL}(\pi\|\pi_{\text{ref}})$ (printed); a step against either lowers
+# $\mathrm{KL}(\pi\|\pi_{\text{ref}})$.
+#
 # **Log symptom.** The logged `kl` measures the wrong quantity (6.0296 instead of 1.0443 above) but stays
-# $\ge 0$, so no sign check fires. **Regime.** With the default $\beta = 0.1$ and a policy that stays near its SFT
-# reference in a short run, B8's run ends level with the fixed one (notebook 01 §13); in longer runs its wrong
-# gradient pushes the policy away from the reference (notebook 03 §6 sees its gradient norm spike at
-# iteration 3); notebook 04 shows what the KL term does at other $\beta$.
+# $\ge 0$, so no sign check fires. In a run, the logged `kl` spikes far above the policy's exact KL to the
+# reference and the gradient norm spikes into the thousands, while the exact KL stays no higher than the fixed
+# run's (notebook 01 §13 prints both; the catalog's level-1 hint gives a default run's numbers): an anchor that
+# jerks, not a repeller. Its final reward stays level with the fixed run's there; notebook 04 shows what the KL
+# term does at other $\beta$.
 # **Caught by** preflight *KL estimator is unbiased for KL(pi || ref)*.
 #
 # > **You should know.** k3 $= r - \log r - 1$ with $r = \pi_{\text{ref}}/\pi$, on samples from $\pi$. It is
-# > unbiased and always $\ge 0$; reversing $r$ keeps it $\ge 0$, which is why no sign check catches it.
+# > unbiased and always $\ge 0$; reversing $r$ keeps it $\ge 0$, which is why no sign check catches it, and
+# > turns its gradient into $\frac12\nabla\chi^2(\pi\|\pi_{\text{ref}})$: still an anchor, but one that jerks.
 #
 # <details><summary>What single number check would catch B8?</summary>
 #
@@ -954,12 +1045,44 @@ assert all(out["B9"]["noise"] <= out["fixed"]["noise"] for out, _ in mixing.valu
 #
 # Why, exactly: within one prompt, $A^{\text{B9}}_i = \frac{\sigma_b}{\sigma_{\text{mix}}} A_i +
 # \frac{\bar r_b - \bar r_{\text{mix}}}{\sigma_{\text{mix}}}$, the correct advantage rescaled plus an offset
-# shared by the prompt's samples. The offset multiplies $\sum_i \nabla\log\pi(a_i)$, whose expectation is 0
-# (apart from the sample's own reward being part of the means), so it adds noise to one batch, not a direction;
-# the rescale reweights prompts against each other (one reason the cosine is not exactly 1).
-# So at $B = 2G$, B9 is a wrong baseline more than a biased update: it scrambles single samples (signs with
-# graded rewards, sizes always) while the average update barely moves. That is how it hides in a reward curve;
-# the centring check is what catches it.
+# shared by the prompt's samples. The rescale reweights prompts against each other (one reason the cosine is not
+# exactly 1). The offset multiplies $\sum_i \nabla\log\pi(a_i)$, whose expectation would be 0 if the offset did
+# not depend on the samples; it does, through each sample's own reward. Without the std divisions the offset is
+# $\bar r_b - \bar r_{\text{mix}}$, and in $\mathbb{E}[(\bar r_b - \bar r_{\text{mix}})\nabla\log\pi(a_i)]$ every
+# reward but $r_i$ is independent of $a_i$ and drops out, leaving $r_i$'s share of the two means:
+# $(\frac1G - \frac1{2G})\,\mathbb{E}[r_i\nabla\log\pi(a_i)] = \frac1{2G}\nabla V_b$ per sample (a mixed row holds
+# $2G$ samples), against $\frac{G-1}{G}\nabla V_b$ for the correct advantage. So the offset is mostly noise, plus
+# a term along the true gradient of relative size $\frac{1}{2(G-1)}$, 0.071 at $G = 8$. On the same batches,
+# mean-only advantages:
+
+# %%
+grad_v, offset_check = {}, {}
+for name, table in (("graded", graded), ("binary", binary)):
+    mix_rewards = torch.gather(table.expand(M, -1, -1), 2, arms).double()  # (M, B, G)
+    score = torch.nn.functional.one_hot(arms, K).double() - pi.double()[None, :, None, :]  # (M, B, G, K)
+    own_mean = mix_rewards.mean(-1, keepdim=True)  # (M, B, 1): r_b
+    mixed_mean = mix_rewards.view(M, B // 2, 2 * G).mean(-1).repeat_interleave(2, 1)[..., None]  # (M, B, 1): view(G, B)
+    offset_term = ((own_mean - mixed_mean)[..., None] * score).mean(2)  # (M, B, K): (1/G) sum_i c grad log pi
+    correct_term = ((mix_rewards - own_mean)[..., None] * score).mean(2)  # (M, B, K)
+    grad_v[name] = (pi * (table - (pi * table).sum(-1, keepdim=True))).double()  # (B, K): exact grad V_b
+    mean_offset = offset_term.mean(0)
+    offset_check[name] = dict(
+        cos=torch.nn.functional.cosine_similarity(mean_offset.flatten(), grad_v[name].flatten(), 0).item(),
+        vs_theory=(mean_offset.norm() / (grad_v[name] / (2 * G)).norm()).item(),
+        vs_correct=(mean_offset.norm() / correct_term.mean(0).norm()).item(),
+        noise=((offset_term - mean_offset).pow(2).sum((1, 2)).mean() / mean_offset.pow(2).sum()).item())
+    print(f"{name:7s} cos(E offset term, grad V) {offset_check[name]['cos']:.3f}   |E offset term| / |grad V / 2G| "
+          f"{offset_check[name]['vs_theory']:.3f}   / |E correct term| {offset_check[name]['vs_correct']:.3f}   "
+          f"one batch's noise / |E offset term|^2 {offset_check[name]['noise']:.1f}")
+assert all(c["cos"] > 0.99 and abs(c["vs_theory"] - 1) < 0.05 for c in offset_check.values())  # grad V / (2G)
+assert all(abs(c["vs_correct"] - 1 / (2 * (G - 1))) < 0.01 for c in offset_check.values())  # 1 / (2(G - 1))
+assert all(c["noise"] > 10 for c in offset_check.values())  # per batch, mostly noise
+
+# %% [markdown]
+# The offset's mean points along $\nabla V_b$ with the size the derivation gives, about $\frac1{14}$ of the correct
+# term's, and one batch's offset term is mostly noise around it (printed). So at $B = 2G$, B9 is a wrong baseline
+# more than a biased update: it scrambles single samples (signs with graded rewards, sizes always) while the
+# average update barely moves. That is how it hides in a reward curve; the centring check is what catches it.
 #
 # **Log symptom.** `adv_group_mean` above its healthy range whenever $B$ does not divide $G$; at $B = 1$,
 # `ratio_last_maxdev` stuck at 0. **Caught by** the health check *advantages centred per group* when $B$ does not
@@ -977,7 +1100,9 @@ assert all(out["B9"]["noise"] <= out["fixed"]["noise"] for out, _ in mixing.valu
 # beat its own group can still be below the mixed mean (negative advantage), and an easy-prompt sample that lost
 # to its group can be above it. Per prompt, the mixed advantage is the correct one rescaled plus an offset $c$
 # shared by the prompt's samples; the offset adds $c\sum_i\nabla\log\pi(a_i)$ to the gradient, and
-# $\mathbb{E}[\nabla\log\pi(a)] = 0$. The offset is noise in each batch, not a direction.
+# $\mathbb{E}[\nabla\log\pi(a)] = 0$. Only $c$'s dependence on each sample's own reward survives the expectation:
+# a small term along the true gradient, $\frac1{2G}\nabla V_b$ per sample without the std divisions. The offset is
+# mostly noise in each batch plus that $O(1/G)$ push.
 # </details>
 
 # %% [markdown]
@@ -1087,12 +1212,14 @@ plt.show()
 # and the fixed one with each single bug switched back on (`workbook.catalog.hybrid`). To fit the notebook's time
 # budget they use `steps=20, prompts_per_batch=8` (the default is 70 steps x 16 prompts), so $B = G = 8$; the
 # final reward is the mean of the last 10 iterations, as in `grpo_support.summarize_run`. The table also lists which of
-# `grpo_fixed.HEALTH_CHECKS` fail during each run, and at which iteration they first fail.
+# `grpo_fixed.HEALTH_CHECKS` fail during each run, and at which iteration they first fail. The fixed and B8 runs
+# also log the exact KL of the sampling policy to the reference at each rollout (`nb01_bugs.with_exact_kl`: a sum
+# over the vocabulary, no sampling noise; it draws nothing, so the runs are unchanged).
 
 # %%
 ABLATION = dict(steps=20, prompts_per_batch=8)
 started, started_cpu = time.perf_counter(), time.process_time()
-runs = nb01_bugs.ablation(seed=0, **ABLATION)  # label -> history (list of stats dicts)
+runs = nb01_bugs.ablation(seed=0, exact_kl=("fixed", "B8"), **ABLATION)  # label -> history (list of stats dicts)
 ablation_seconds, ablation_cpu = time.perf_counter() - started, time.process_time() - started_cpu
 cfg_ablation = grpo_fixed.make_config(**ABLATION)
 final = {label: final_reward(history) for label, history in runs.items()}
@@ -1145,10 +1272,10 @@ assert f"{runs['fixed'][0]['reward']:.3f} {skipped['B2']}" == "0.359 36"
 #   0.419 after 20 iterations of 8 prompts (the default run, 70 x 16, goes further). The fully buggy
 #   trainer ends at 0.014.
 # - **Single bugs that cost reward here**: B1 (0.017: the sampler draws from the wrong distribution, so the
-#   SFT model's answers are lost) and B6 (0.280: the model is trained on a shifted conditional). B4 (0.345) and
-#   B3 (0.378) end lower too, B2 (0.414, with 36 of its 80 inner steps skipped for a NaN loss), B8 (0.445),
-#   B10 (0.452) and B11 (0.441) level with the fixed run; one seed of 20 iterations cannot tell those gaps
-#   from noise.
+#   SFT model's answers are lost from the first rollout on, notebook 01 §2) and B6 (0.280: the model is trained on
+#   a shifted conditional). B4 (0.345) and B3 (0.378) end lower too, B2 (0.414, with 36 of its 80 inner steps
+#   skipped for a NaN loss), B8 (0.445), B10 (0.452) and B11 (0.441) level with the fixed run; one seed of 20
+#   iterations cannot tell those gaps from noise.
 # - **Bugs invisible in the reward here**: the rewards of the B5, B7 and B9 runs equal the fixed run's at
 #   *every* iteration: B5 because the trainer never hands `masked_mean` a non-finite masked value (notebook 01
 #   §6), B7 because `log(softmax)` only differs from `log_softmax` by float rounding at these logit sizes (0
@@ -1167,6 +1294,48 @@ assert f"{runs['fixed'][0]['reward']:.3f} {skipped['B2']}" == "0.359 36"
 # > bugs matter": several bugs here cost nothing on a 20-iteration addition run yet break with large logits, half
 # > precision, a $B$ that does not divide $G$, or padded batches (notebook 01 §6, notebook 01 §8,
 # > notebook 01 §10). Catch them with tiny inputs and invariants, not with the reward curve.
+
+# %% [markdown]
+# Two runs up close: what B1's collapse and B8's spikes look like in the logged statistics.
+
+# %%
+b1_run, b8_run, fixed_run = runs["B1"], runs["B8"], runs["fixed"]
+top = lambda history, key: max(s[key] for s in history)  # noqa: E731
+clip_out = [s["iteration"] for s in b1_run if not grpo_fixed.in_range(s, "clip_frac_neg")]
+b1_zero_var = sum(s["zero_var_groups"] for s in b1_run) / len(b1_run)
+print(f"B1: reward at most {top(b1_run, 'reward'):.3f}; zero_var_groups {b1_zero_var:.2f} on average; "
+      f"clip_frac_neg (healthy {render_range('clip_frac_neg')}) out of range at iterations {clip_out} "
+      f"(max {top(b1_run, 'clip_frac_neg'):.3f}); max grad_norm {top(b1_run, 'grad_norm'):.1f} "
+      f"(healthy {render_range('grad_norm')}; fixed run {top(fixed_run, 'grad_norm'):.1f})")
+for label, history in (("B8", b8_run), ("fixed", fixed_run)):
+    exact = [s["exact_kl"] for s in history]
+    print(f"{label:5s} logged kl max {top(history, 'kl'):.3f}   exact KL mean {sum(exact) / len(exact):.3f}, max "
+          f"{max(exact):.3f}   grad_norm max {top(history, 'grad_norm'):.1f}")
+peak = max(b8_run, key=lambda s: s["kl"])
+print(f"B8 at iteration {peak['iteration']}: logged kl {peak['kl']:.3f}, exact KL {peak['exact_kl']:.3f}; "
+      f"iterations with grad_norm above {grpo_support.STATS['grad_norm'].hi:g}: "
+      f"{[s['iteration'] for s in b8_run if s['grad_norm'] > grpo_support.STATS['grad_norm'].hi]}")
+assert f"{top(b1_run, 'reward'):.3f} {b1_zero_var:.2f}" == "0.047 0.90"  # as quoted
+assert clip_out == [0, 4, 9] and all(grpo_fixed.in_range(s, "clip_frac_pos") for s in b1_run)
+assert grpo_fixed.in_range({"grad_norm": top(b1_run, "grad_norm")}, "grad_norm")  # high, yet inside its range
+assert f"{top(b1_run, 'grad_norm'):.1f} {top(fixed_run, 'grad_norm'):.1f}" == "36.7 4.9"  # as quoted
+mean_exact = {label: sum(s["exact_kl"] for s in h) / len(h) for label, h in (("B8", b8_run), ("fixed", fixed_run))}
+assert mean_exact["B8"] < mean_exact["fixed"] and top(b8_run, "exact_kl") < top(fixed_run, "exact_kl")
+assert peak["kl"] > 5 * peak["exact_kl"] and top(b8_run, "grad_norm") > 100 * top(fixed_run, "grad_norm")
+assert f"{peak['kl']:.3f} {peak['exact_kl']:.3f} {top(b8_run, 'grad_norm'):.0f}" == "3.532 0.471 1877"  # as quoted
+assert f"{mean_exact['B8']:.3f} {mean_exact['fixed']:.3f}" == "0.110 0.158"  # as quoted
+assert [s["iteration"] for s in b8_run if s["grad_norm"] > grpo_support.STATS["grad_norm"].hi] == [5, 11, 16]
+
+# %% [markdown]
+# - **B1** never gets above 0.047 and nine groups in ten are all wrong (`zero_var_groups` 0.90 on average). Its
+#   clip fraction for $A < 0$ leaves its healthy range at iterations 0, 4 and 9, and its gradient norm reaches 36.7
+#   where the fixed run's stays at most 4.9 (still inside the range). No health check watches those two, and they
+#   would only say that the updates are unusual: the preflight probe of notebook 01 §2 says why.
+# - **B8**'s logged `kl` spikes to 3.532 at iteration 11, where its policy's exact KL to the reference is 0.471,
+#   and its gradient norm spikes three times past the top of its healthy range (to 1877 at most). Yet its exact KL
+#   stays below the fixed run's (0.110 vs 0.158 on average, and a lower maximum): the reversed estimator jerks the
+#   policy toward the reference (notebook 01 §9), it does not let it run away. Its final reward is level with the
+#   fixed run's here (0.445 vs 0.419, one seed).
 
 # %% [markdown]
 # ## 14. The per-sequence advantage broadcast along the wrong axis

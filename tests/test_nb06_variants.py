@@ -192,3 +192,25 @@ def test_choice_is_a_release_only_selection_slider():
     w = choice([0.2, 0.28, 0.4], 0.28, "eps_high")
     assert list(w.options) == [0.2, 0.28, 0.4] and w.value == 0.28 and w.continuous_update is False
     assert w.description == "eps_high"
+
+
+def test_upper_clip_record_counts_past_the_variants_own_cap_and_changes_nothing_else():
+    record = grpo_fixed.inner_step_record
+    logp = torch.log(torch.tensor([[1.25, 1.35, 0.70, 1.10]]))  # ratios against old log-probs of 0
+    old, mask = torch.zeros(1, 4), torch.ones(1, 4, dtype=torch.bool)
+    args = (torch.tensor([1.0]), mask, 0.2, torch.tensor(0.0), torch.tensor(0.0), 0.0)
+    twin = record(logp, old, *args)
+    module = fixed_with("test_upper_record")
+    wrapped = nb06_variants.upper_clip_record(0.3)(module)(logp, old, *args)
+    assert twin["clipped_pos"] == 2 and wrapped["clipped_pos"] == 1  # 1.25 is past 1.2 but inside 1.3
+    assert {k: v for k, v in wrapped.items() if k not in ("clipped_pos", "ratio")} == \
+        {k: v for k, v in twin.items() if k not in ("clipped_pos", "ratio")}
+    assert torch.equal(wrapped["ratio"], twin["ratio"])
+
+
+def test_upper_clip_record_leaves_the_run_unchanged():
+    plain = nb06_variants.train_variant("test_upper_run", **TINY)
+    same_cap = {"inner_step_record": nb06_variants.upper_clip_record(0.2)}
+    recorded = nb06_variants.train_variant("test_upper_run", wrap=same_cap, **TINY)
+    timeless = lambda run: [{k: v for k, v in s.items() if k != "seconds"} for s in run.history]  # noqa: E731
+    assert recorded is not plain and timeless(recorded) == timeless(plain)  # cap = cfg.clip: the very same stats

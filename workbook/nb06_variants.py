@@ -148,3 +148,29 @@ def log_ratio_spread(module, policy, batch, cfg):
     outside = lambda x: ((x.exp() - 1).abs() > cfg.clip).float().mean().item()  # noqa: E731
     return {"token_std": token_log.std().item(), "seq_std": seq_log.std().item(),
             "token_out": outside(token_log), "seq_out": outside(seq_log)}
+
+
+# ----------------------------------------------------------------------------------------------
+# A recording wrapper for a variant whose upper clip differs from cfg.clip (notebook 06 §3)
+
+
+def upper_clip_record(clip_high: float):
+    """A wrap factory for `inner_step_record`: the logged clip_frac_pos counts the A > 0 tokens past the
+    variant's own 1 + clip_high, not past 1 + cfg.clip (the twin's record knows only cfg.clip). The lower side
+    (clip_frac_neg) and everything else stay the twin's. Recording only: the run itself does not change.
+
+        run = train_variant("clip_high_0.28", task, functions={"grpo_loss": loss_with_clip_high_028},
+                            wrap={"inner_step_record": upper_clip_record(0.28)})"""
+
+    def factory(module):
+        base = module.inner_step_record
+
+        def inner_step_record(logprobs, old_logprobs, adv, mask, clip, kl, loss, grad_norm):
+            record = base(logprobs, old_logprobs, adv, mask, clip, kl, loss, grad_norm)
+            upper = base(logprobs, old_logprobs, adv, mask, clip_high, kl, loss, grad_norm)
+            record["clipped_pos"] = upper["clipped_pos"]
+            return record
+
+        return inner_step_record
+
+    return factory

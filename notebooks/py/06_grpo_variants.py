@@ -38,7 +38,8 @@
 # and the advantages in `_generate_and_score_completions`),
 # `trl/trainer/rloo_trainer.py`, `trl/rewards/other_rewards.py`. verl: `verl/trainer/config/actor/actor.yaml`,
 # `verl/trainer/config/ppo_trainer.yaml`, `verl/trainer/config/algorithm.py`,
-# `verl/trainer/ppo/core_algos.py`, `verl/trainer/ppo/ray_trainer.py`. In verl the actor options sit
+# `verl/trainer/ppo/core_algos.py`, `verl/trainer/ppo/ray_trainer.py`, `verl/workers/utils/losses.py`,
+# `verl/utils/torch_functional.py`. In verl the actor options sit
 # under `actor_rollout_ref.actor.` and the algorithm options under `algorithm.`.
 #
 # The code each section teaches is in its cells, and runs as written inside a swapped copy of `grpo_fixed`
@@ -289,10 +290,15 @@ print("wrong completions, sequence mean minus: " + ", ".join(f"{name} {v:+.2f}" 
       + f" tokens; truncated (tail) {min(tail_cut):.3f} to {max(tail_cut):.3f}")
 first_cut = agg_runs["token mean"].sample_mean("truncated")[0]
 print(f"first batch (the same in the three runs): truncated {first_cut:.3f}")
+right_cut = {name: tail_mean(run.sample_mean("truncated", lambda s: s["reward"] == 1), TAIL)
+             for name, run in agg_runs.items()}  # right answers that never emitted EOS: saved by a PAD or BOS
+print("right completions that ran to the limit (tail): "
+      + ", ".join(f"{name} {value:.3f}" for name, value in right_cut.items()))
 assert first_cut > 0.5
 assert all(0 < v < 0.5 for v in longer.values())  # the longest wrong completions, by less than half a token
 assert max(tail_reward) < 0.15 and min(tail_cut) > 0.5  # 20 iterations: still mostly rambling to the limit
 assert all(abs(tail_right[name] - tail_wrong[name]) < 0.35 for name in agg_runs)  # right ones as long (PAD, BOS)
+assert all(0.45 < v < 0.55 for v in right_cut.values())  # about half the right ones ran to the limit
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(10, 3), layout="constrained")
@@ -310,8 +316,9 @@ plt.show()
 # 6.46 for the constant), but by 0.25 and 0.31 tokens, on one seed: too small to call. In 20 iterations from
 # a fresh TinyLM the policy has barely learned the task (reward 0.117, 0.094, 0.094), more than half of the
 # completions still run to the limit (0.539 to 0.566), and the right completions are as long as the wrong
-# ones (6.56 to 6.58 tokens): many of them ran to the limit too and were saved by a PAD or BOS that decoded
-# to nothing (the caveat above). The bias itself is the tiny input's: the only length signal in this task is
+# ones (6.56 to 6.58 tokens): about half of them (0.479 to 0.529 over the last 10 iterations) ran to the
+# limit too, with no EOS, and were scored right because a PAD or BOS in them decoded to nothing (the caveat
+# above). The bias itself is the tiny input's: the only length signal in this task is
 # the zero reward of a completion that hits the limit, and the per-sequence mean spreads that penalty over
 # its 8 tokens, each weighted 1/(N·8), a quarter of what a length-2 wrong answer's tokens get, where the
 # token mean gives every token the same 1/Σ|o|. That weighting is what Dr. GRPO blames for the growth of
@@ -330,9 +337,11 @@ plt.show()
 # batch. Why would anyone prefer the constant? (Answer)</summary>
 #
 # Across batches the token mean's normaliser Σ|o_i| moves with the lengths: a batch of long completions
-# gets a smaller per-token step than a batch of short ones, and under gradient accumulation the result
-# depends on how the batch was split (TRL's `"bnpo"` note says so). The constant N·T_max is the same for
-# every batch, so each token's gradient is independent of what else was sampled.
+# gets a smaller per-token step than a batch of short ones. Under gradient accumulation, a token count
+# taken per micro-batch also makes the result depend on how the batch was split (TRL 1.16.0's `"bnpo"`
+# note: "results may slightly vary depending on the local batch size"; its default `"dapo"` counts the
+# tokens of the global accumulated batch to avoid that). The constant N·T_max is the same for every batch,
+# so each token's gradient is independent of what else was sampled.
 # </details>
 
 # %% [markdown]
@@ -343,11 +352,15 @@ plt.show()
 #
 # **Key equations.** For prompt b with rewards r_{b,1..G}: A_{b,i} = (r_{b,i} − mean_i r_{b,i}) / s with
 # s = std_i r_{b,i} + ε (group), s = std_{b,i} r_{b,i} + ε (batch) or s = 1 (none). For a binary reward
-# with success rate p in the group, the centred rewards are 1 − p and −p with std √(p(1−p)), so a
-# group's total |A| is 2Gp(1−p) unscaled and 2G√(p(1−p)) with the group std: the group std multiplies a
-# group's weight by 1/√(p(1−p)), which is largest for p near 0 or 1, the very hard and very easy
-# prompts. The batch std divides every group by the same number, so it keeps the unscaled weights'
-# proportions.
+# and a group with k successes out of G, p̂ = k/G, the centred rewards are 1 − p̂ and −p̂ with std
+# √(p̂(1−p̂)), so the group's total |A| is 2Gp̂(1−p̂) unscaled and 2G√(p̂(1−p̂)) with the group std: the group
+# std multiplies that group's advantages by 1/√(p̂(1−p̂)), largest (√(G−1) for one success or one failure)
+# in groups that are almost all wrong or almost all right. The batch std divides every group by the same
+# number, so it keeps the unscaled weights' proportions. That is per sampled group. Per prompt, in
+# expectation over its groups, the group std turns the prompt's expected update ((G−1)/G)·∇V(x) unscaled
+# into c(p, G)·∇V(x), with p the prompt's success probability: c = 1 at G = 2, at most √(G−1), and close
+# to 1/√(p(1−p)) only for large G, because a hard prompt's groups are mostly all-wrong and give nothing
+# (notebook 05 §6.3: 2.57 rather than 7.14 at p = 0.02, G = 8).
 #
 # **The switch.**
 #
@@ -359,9 +372,15 @@ plt.show()
 # difficulty bias")</td><td><code>"group"</code></td><td><code>trl/trainer/grpo_config.py</code>; the code divides
 # by <code>std + 1e-4</code>, with <code>nanstd</code> (Bessel-corrected), in <code>grpo_trainer.py</code></td></tr>
 # <tr><td>verl 0.9.1</td><td><code>algorithm.norm_adv_by_std_in_grpo</code>: <code>True</code> (divide by the
-# group's <code>torch.std</code>, + <code>epsilon=1e-6</code>) or <code>False</code> ("as in Dr.GRPO"); no batch-std
-# option for GRPO</td><td><code>True</code></td><td><code>verl/trainer/config/ppo_trainer.yaml</code>;
-# <code>compute_grpo_outcome_advantage</code> in <code>core_algos.py</code></td></tr>
+# group's <code>torch.std</code>, + <code>epsilon=1e-6</code>) or <code>False</code> ("as in Dr.GRPO"), for
+# <code>algorithm.adv_estimator=grpo</code>, which has no batch-std value. The nearest to a batch std is another
+# estimator, <code>adv_estimator=reinforce_plus_plus_baseline</code>: subtract the group mean, then whiten over
+# the batch (<code>verl_F.masked_whiten</code> over every response token: the token-weighted mean is subtracted
+# again and the result divided by the Bessel std of the centred scores, not of the raw
+# rewards)</td><td><code>True</code></td><td><code>verl/trainer/config/ppo_trainer.yaml</code>;
+# <code>compute_grpo_outcome_advantage</code> and
+# <code>compute_reinforce_plus_plus_baseline_outcome_advantage</code> in <code>core_algos.py</code>,
+# <code>masked_whiten</code> in <code>verl/utils/torch_functional.py</code></td></tr>
 # </table>
 #
 # Both frameworks use the Bessel-corrected std (divide by G − 1), the twins the population std (divide by
@@ -495,17 +514,25 @@ plt.show()
 # %% [markdown]
 # The group std puts the largest share of the update on extreme groups (0.116 of Σ|A| on average,
 # against 0.073 for the batch std and 0.074 unscaled), as the tiny input predicts; the batch std and no
-# scaling keep the same proportions, as they should. The share is small here because at a success rate
-# near 0.3 to 0.4 few groups have exactly one success or one failure. In the reward the three runs do not
+# scaling keep the same proportions, as they should. The share is small here because at a mean success
+# rate of 0.36 to 0.44 (first batch; last 10 iterations) few groups have exactly one success or one
+# failure. In the reward the three runs do not
 # separate (0.419, 0.434, 0.438 over the last 10 iterations): on one seed and 20 iterations the weighting
 # changes which prompts carry the update, not yet how far the policy gets.
 #
 # > **You should know.**
-# > - The group std up-weights prompts the policy almost always solves or almost always fails (by
-# >   1/√(p(1−p))); no scaling weights prompts by their reward spread, most for p = ½ (Dr. GRPO's
-# >   "difficulty bias" argument). The batch std keeps the unscaled proportions and only fixes the units.
+# > - The group std multiplies a sampled group's advantages by 1/√(p̂(1−p̂)) (p̂ = k/G, at most √(G−1)), so
+# >   groups with one odd reward weigh most. Per prompt, in expectation, that is a weight c(p, G) on its
+# >   ∇V(x): 1 at G = 2, at most √(G−1), near 1/√(p(1−p)) only for large G (notebook 05 §6.3); Dr. GRPO's
+# >   "difficulty bias" argument. No scaling gives every prompt its plain ((G−1)/G)·∇V(x): the |A| mass
+# >   2Gp̂(1−p̂) is largest at p̂ = ½, but that is the size of the signal, not an extra weight. The batch
+# >   std divides all groups by one number per batch.
 # > - Symptom of the group std's side: updates dominated by lucky successes on hard prompts and rare
-# >   failures on easy ones; of no scaling: the reward's units set the step (notebook 04 §3).
+# >   failures on easy ones. Of no scaling: the reward's units set the policy term's weight against β·KL
+# >   (notebook 04 §3.1). They do not set the step: Adam divides each parameter's gradient by its running
+# >   RMS, so a constant rescale of A changes the step only through Adam's ε (and the KL balance); a
+# >   reward spread that changes during training still changes the step for a while, as Adam's second
+# >   moment averages over hundreds of steps.
 # > - Statistic: the share of Σ|A| on groups with ≤ 1 success or ≤ 1 failure, as above.
 # > - Fix: TRL `scale_rewards="batch"` or `"none"`; verl `norm_adv_by_std_in_grpo=False`.
 #
@@ -532,12 +559,14 @@ for name in ("group std", "none"):
 # does DAPO's separate upper clip change?
 #
 # **Key equation.** J = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A). For A > 0 the token's own gradient is
-# zero once ρ > 1 + ε_high, so within one rollout (all inner steps, which share π_old) its probability can
-# be pushed up to about (1 + ε_high)·π_old(a) and no further: an absolute gain of ε_high·π_old(a). At
-# π_old = 0.01 that is 0.002 per rollout; at π_old = 0.7 it is 0.14. Rare tokens with good outcomes
-# (exploration) climb slowly, frequent ones fast, so the distribution sharpens and entropy falls. A
-# larger ε_high lets the rare ones climb faster; ε_low stays small so that bad tokens cannot be pushed
-# down too far in one rollout.
+# zero once ρ > 1 + ε_high, so within one rollout (all inner steps, which share π_old) its *own* gradient
+# pushes its probability up to about (1 + ε_high)·π_old(a) and no further: an absolute gain of
+# ε_high·π_old(a). At π_old = 0.01 that is 0.002 per rollout; at π_old = 0.7 it is 0.14. The clip caps the
+# incentive, not the probability: other updates can carry the token past its cap (the second tiny input
+# below). Rare tokens with good outcomes (exploration) get a small push, frequent ones a large one, so the
+# distribution sharpens and entropy falls (DAPO's argument). A larger ε_high lets the rare ones climb
+# faster; DAPO keeps ε_low at 0.2, arguing that a larger one lets tokens with A < 0 be pushed towards
+# probability 0, which shrinks what the policy samples.
 #
 # **The switch.**
 #
@@ -597,12 +626,58 @@ assert all(g > 60 for g in gains.values())
 # The upper clip stops the token's own gradient at ρ = 1 + ε_high (ratios 1.2004 and 1.2188 for
 # ε_high = 0.2; the rare token overshoots by one step). The likely token gains 0.1403 in probability, the
 # rare one 0.0022: the same relative cap is a 64 times smaller absolute gain. With ε_high = 0.28 the gains
-# are 0.1960 and 0.0029. The cap limits a token's *own* gradient only: updates driven by other tokens
-# (shared parameters) can move it further (notebook 04 §1).
+# are 0.1960 and 0.0029.
 #
-# **Slider.** Across rollouts π_old moves up, so the cap compounds: a token that keeps a positive
-# advantage can reach at most π_0(1 + ε_high)^k after k rollouts. How many rollouts from π_0 = 0.01 to
-# 0.5? The figure shows the cap per rollout; the slider is ε_high.
+# **Tiny input: a cap on the incentive, not on the probability.** Above, each token has its own logits, so
+# once its gradient stops nothing moves it. In a network the parameters are shared. Two contexts whose
+# logits share a bias b (logits_c = W_c + b): both sampled token 3 with A = +1, rare in context 0
+# (π_old = 0.01) and likely in context 1 (π_old = 0.90). The same SGD as above (lr 0.01, here 1000 steps)
+# on W and b, with the loss over both tokens.
+
+# %%
+P_OLD_2 = torch.tensor([[0.70, 0.20, 0.09, 0.01], [0.05, 0.03, 0.02, 0.90]], dtype=torch.float64)  # (2, V)
+
+
+def push_shared(steps=1000, lr=0.01, eps_high=0.2):
+    """SGD on W (2, V) and a shared bias b (V,), logits_c = W_c + b, on the clip-higher token-mean loss of token
+    3 in both contexts (A = +1, pi_old fixed). -> (ratios (2,), the step where context 0 first passed its cap,
+    context 0's lowest ratio from then on, the largest |gradient| of context 0's own term at the end)"""
+    W = P_OLD_2.log().clone().requires_grad_(True)
+    b = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    old = P_OLD_2.log()[:, 3:]  # (2, 1)
+    loss_fn = aggregated_loss(token_mean, clip_high=eps_high)
+    logp = lambda: torch.log_softmax(W + b, -1)[:, 3:]  # noqa: E731  (2, 1)
+    ones, mask = torch.ones(2, dtype=torch.float64), torch.ones(2, 1, dtype=torch.bool)
+    passed, lowest = None, math.inf
+    for step in range(steps):
+        grads = torch.autograd.grad(loss_fn(logp(), old, ones, mask), (W, b))
+        with torch.no_grad():
+            for param, grad in zip((W, b), grads, strict=True):
+                param -= lr * grad
+        ratio0 = (logp()[0] - old[0]).exp().item()
+        passed = step if passed is None and ratio0 > 1 + eps_high else passed
+        lowest = min(lowest, ratio0) if passed is not None else lowest
+    own = torch.autograd.grad(loss_fn(logp()[:1], old[:1], ones[:1], mask[:1]), (W, b))  # context 0's term only
+    return (logp() - old).exp().squeeze(1), passed, lowest, max(g.abs().max().item() for g in own)
+
+
+shared_ratio, passed, lowest, own_grad = push_shared()
+print(f"context 0 (pi_old 0.01): past 1.2 from step {passed} (lowest ratio since {lowest:.4f}), ratio after 1000 "
+      f"steps {shared_ratio[0].item():.4f}, its own gradient {own_grad:.1e}")
+print(f"context 1 (pi_old 0.90): ratio {shared_ratio[1].item():.4f} (inside the window: never clipped)")
+assert own_grad == 0 and lowest > 1.2 and shared_ratio[0] > 1.5 and shared_ratio[1] < 1.2
+assert pushed[(3, 0.2)] / P_OLD[3].item() < 1.2 * 1.02  # alone, the same token stopped just past 1.2
+
+# %% [markdown]
+# Context 0's token passed 1.2 at step 10 and never came back below it, so its own gradient has been
+# exactly 0 since; yet its ratio ended at 1.86. Context 1's token, likely already and far from its own cap
+# (its ratio can never reach 1.2 from 0.90), kept raising the shared b_3, and with it token 3 in every
+# context. In an LM every token's gradient moves shared weights, so a clipped token moves with the others.
+#
+# **Slider.** Across rollouts π_old moves up, so the cap on a token's own push compounds: moved by its own
+# gradient alone (as in the first tiny input), a token that keeps a positive advantage reaches at most
+# π_0(1 + ε_high)^k after k rollouts. How many rollouts from π_0 = 0.01 to 0.5? The figure shows that cap
+# per rollout; the slider is ε_high.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -638,6 +713,9 @@ assert needed[0.2] > needed[0.28] > needed[0.5]
 # **Training.** `ReverseTask` with β = 0 (no KL anchor) and 2 inner epochs of 4 minibatches per rollout
 # (8 inner steps), so that clipping binds; the upper clip ε_high ∈ {0.2, 0.28, 0.4}, the lower clip 0.2.
 # Entropy is the trainer's own `entropy` statistic (mean per-token entropy of the sampling distribution).
+# The upper clip fraction is the trainer's `clip_frac_pos`: the share of A > 0 tokens, over all inner steps,
+# whose ratio is past the run's own 1 + ε_high (the twin's record knows only `cfg.clip` = 0.2, so the wider
+# runs record through `nb06_variants.upper_clip_record`, which changes nothing but that count).
 # After each update a probe measures how far the A > 0 tokens actually rose: the median ratio π/π_old
 # of those that were rare (π_old < 0.2) and of those that were likely (π_old > 0.5).
 
@@ -660,10 +738,15 @@ def rare_token_ratios(module, policy, batch, cfg):
 
 
 def clip_run(eps_high):
-    """The clip-higher variant on ReverseTask (cached by nb06_variants.train_variant)."""
-    functions = {} if eps_high == 0.2 else {"grpo_loss": aggregated_loss(token_mean, clip_high=eps_high)}
+    """The clip-higher variant on ReverseTask (cached by nb06_variants.train_variant); its clip_frac_pos counts
+    the A > 0 tokens past its own 1 + eps_high."""
+    if eps_high == 0.2:  # the twin
+        functions, wrap = {}, None
+    else:
+        functions = {"grpo_loss": aggregated_loss(token_mean, clip_high=eps_high)}
+        wrap = {"inner_step_record": nb06_variants.upper_clip_record(eps_high)}
     return nb06_variants.train_variant(f"clip_high_{eps_high}", reverse, **CLIPPY, probe=rare_token_ratios,
-                                  functions=functions)
+                                       functions=functions, wrap=wrap)
 
 
 def clip_summary(run):
@@ -726,32 +809,43 @@ assert nb06_variants.cached_runs() == cached  # a slider move replays a cached r
 # %% [markdown]
 # No entropy collapse to prevent here: the policy starts from the addition SFT checkpoint (entropy 0.937 at
 # the first iteration) and the twin (ε_high = 0.2) ends its 20 iterations at 0.942 (last 10). Raising
-# ε_high does what the tiny input says to the clipping: the upper clip fraction of A > 0 tokens falls
-# (0.133, 0.130, 0.117 for ε_high = 0.2, 0.28, 0.4), and the reward rises (0.239, 0.275, 0.306). The entropy
-# *falls* with it (0.800 and 0.724 against 0.942): over 20 iterations the wider window lets the policy
-# sharpen faster on what it already found; DAPO's entropy argument is about rare tokens over thousands of
-# steps. The rare-token probe shows why a per-token cap is a loose bound in a network: after the update the
-# rare A > 0 tokens' median ratio is 1.396, 1.309 and 1.489, past each run's own 1 + ε_high, because the cap
-# stops only a token's own gradient and the other tokens' updates (8 inner steps, shared parameters) move it
-# further; the likely ones barely move (1.002 to 1.009). One seed: read the directions, not the sizes. The
-# clip fractions (0.117 to 0.133) are above real GRPO runs' 0.1 to 5 %: 8 inner steps without a KL anchor on a
-# tiny model move the policy far per rollout.
+# ε_high does what the tiny input says to the clipping: the share of A > 0 tokens past their run's upper
+# cap falls (0.133, 0.102, 0.073 for ε_high = 0.2, 0.28, 0.4), and the reward rises (0.239, 0.275, 0.306).
+# The entropy *falls* with it (0.800 and 0.724 against 0.942): over 20 iterations the wider window lets the
+# policy sharpen faster on what it already found; DAPO's entropy argument is about rare tokens over long
+# runs. After the update the rare A > 0 tokens' median ratio is 1.396, 1.309 and 1.489, past each run's own
+# 1 + ε_high, while the likely ones barely move (1.002 to 1.009). The clip stops only a token's own
+# gradient; three things can carry it further, and these runs do not tell them apart: other tokens'
+# gradients through the shared parameters (the second tiny input above), the step that crosses the cap (an
+# Adam step moves every parameter by about lr whatever the gradient's size, so it can overshoot), and Adam's
+# momentum, which keeps moving the parameters for a few steps after the token's gradient stops. One seed:
+# read the directions, not the sizes. These clip fractions (0.073 to 0.133) are shares of the A > 0 tokens:
+# TRL's `clip_ratio/high_mean` divides the same count by all completion tokens, so on these runs it would
+# read lower.
 #
 # > **You should know.**
 # > - Symptom: entropy falls towards 0 while the reward stalls below its ceiling: the policy has stopped
 # >   exploring before it found the answers.
 # > - Statistic: the trainer's `entropy` (TRL logs `entropy`, verl `actor/entropy`), next to the upper
-# >   clip fraction of A > 0 tokens (`clip_frac_pos` here; TRL `clip_ratio/high_mean`, verl
-# >   `actor/pg_clipfrac`).
+# >   clip fraction: `clip_frac_pos` here (A > 0 tokens past 1 + ε_high, as a share of the A > 0 tokens);
+# >   TRL 1.16.0 `clip_ratio/high_mean` (the same tokens, as a share of all completion tokens;
+# >   `clip_ratio/low_mean` is the A < 0 side). verl 0.9.1 logs no upper-only fraction: `actor/pg_clipfrac`
+# >   counts the tokens clipped on *either* side (`torch.gt(pg_losses2, pg_losses1)` in
+# >   `compute_policy_loss_vanilla`: A > 0 past 1 + `clip_ratio_high` or A < 0 below 1 − `clip_ratio_low`),
+# >   and `actor/pg_clipfrac_lower` counts the dual-clip bound (A < 0 with ratio > `clip_ratio_c`).
 # > - Fix: raise the upper clip only (TRL `epsilon_high=0.28`, verl `clip_ratio_high=0.28`), keep the
-# >   lower one; a KL anchor (β > 0) or an entropy bonus also slow the collapse.
+# >   lower one. A KL anchor (β > 0) and an entropy bonus are the other usual brakes on entropy (not run
+# >   here).
 #
 # <details><summary>Question: DAPO raises only the upper clip. What would raising the lower one (a smaller
 # 1 − ε_low) do? (Answer)</summary>
 #
-# It lets a token with A < 0 lose more than ε_low of its probability in one rollout. Pushing bad tokens
-# towards 0 faster sharpens the distribution too: it lowers entropy, the opposite of what clip-higher is
-# for, and a token near probability 0 is no longer sampled, so its advantage can never be corrected.
+# It lets a token with A < 0 lose more than ε_low of its probability to its own gradient in one rollout.
+# DAPO keeps ε_low at 0.2 for that reason: tokens pushed towards probability 0 are no longer sampled, so
+# their advantage can never be corrected, and the space the policy samples from shrinks. It is not simply
+# the mirror image of clip-higher for entropy: lowering token a's logit changes the entropy H at the rate
+# π(a)(log π(a) + H), so pushing down a token rarer than e^{−H} lowers H and pushing down a likelier one
+# raises it. Not run here.
 # </details>
 
 # %% [markdown]
@@ -774,15 +868,27 @@ assert nb06_variants.cached_runs() == cached  # a slider move replays a cached r
 # <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
 # <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.importance_sampling_level</code>: <code>"token"</code> or
 # <code>"sequence"</code> ("averages the log-probability ratios across valid tokens to produce a single ratio per
-# sequence")</td><td><code>"token"</code></td><td><code>trl/trainer/grpo_config.py</code>;
-# <code>log_importance_weights = (log_ratio * mask).sum(-1) / mask.sum(-1)</code> in
-# <code>grpo_trainer.py</code></td></tr>
+# sequence"). The paper's per-sequence mean also needs <code>loss_type="grpo"</code>: with the default
+# <code>"dapo"</code> (or <code>"bnpo"</code>, <code>"dr_grpo"</code>) TRL warns that the loss "effectively weights
+# each sequence by its completion length"</td><td><code>"token"</code></td><td><code>trl/trainer/grpo_config.py</code>;
+# <code>log_importance_weights = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)</code> and the warning
+# in <code>grpo_trainer.py</code></td></tr>
 # <tr><td>verl 0.9.1</td><td><code>actor_rollout_ref.actor.policy_loss.loss_mode: gspo</code> (with
-# <code>clip_ratio_low</code> /
-# <code>clip_ratio_high</code>)</td><td><code>vanilla</code></td><td><code>compute_policy_loss_gspo</code> in
-# <code>core_algos.py</code> (its default <code>loss_agg_mode</code> is
-# <code>"seq-mean-token-mean"</code>)</td></tr>
+# <code>clip_ratio_low</code> / <code>clip_ratio_high</code>), and set
+# <code>actor_rollout_ref.actor.loss_agg_mode: seq-mean-token-mean</code> by hand: the loss receives the actor's
+# <code>loss_agg_mode</code>, whose default is <code>token-mean</code> (verl's own comment in
+# <code>compute_policy_loss_gspo</code>: "default is token-mean"; the
+# <code>"seq-mean-token-mean"</code> in its signature is never used)</td><td><code>vanilla</code>;
+# <code>loss_agg_mode: token-mean</code></td><td><code>compute_policy_loss_gspo</code> in
+# <code>core_algos.py</code>; <code>verl/workers/utils/losses.py</code> (<code>loss_agg_mode =
+# config.loss_agg_mode</code>); <code>actor.yaml</code></td></tr>
 # </table>
+#
+# In both frameworks the loss aggregation sets the weighting. TRL broadcasts s_i over the completion's
+# tokens; verl writes it per token as sg[s_i]·π_θ(o_{i,t})/sg[π_θ(o_{i,t})] (value s_i, gradient
+# s_i∇log π_θ(o_{i,t})). Under a token mean each token's gradient is then s_i A_i ∇log π_θ(o_{i,t})/Σ_j|o_j|,
+# so a completion counts in proportion to its length; under the per-sequence mean it is the paper's
+# s_i A_i ∇log π_θ(o_{i,t})/(N|o_i|). The loss below is the paper's.
 
 # %%
 def sequence_log_ratio(logprobs, old_logprobs, mask):
@@ -923,11 +1029,14 @@ plt.show()
 # >   as a whole. Set the clip radius for s, not by copying the token-level one: s spreads less than the
 # >   token ratios, so the same ε = 0.2 leaves more of the update unclipped (above, 4.22% of the GSPO
 # >   run's completions ended an update outside the window, against 21.65% of its tokens).
-# > - Symptom that motivates it: per-token ratios with a wide spread (long completions, mixture-of-
-# >   experts routing that changes between rollout and training) make token-level clipping noisy.
+# > - Symptom that motivates it (the GSPO paper's argument, not shown here): per-token ratios with a wide
+# >   spread (long completions, mixture-of-experts routing that changes between rollout and training)
+# >   make token-level clipping noisy.
 # > - Statistic: the spread (std) of log ρ per token against that of log s per completion, and the clip
 # >   fraction at each level.
-# > - Switch: TRL `importance_sampling_level="sequence"`, verl `policy_loss.loss_mode=gspo`.
+# > - Switch: TRL `importance_sampling_level="sequence"` with `loss_type="grpo"`; verl
+# >   `policy_loss.loss_mode=gspo` with `loss_agg_mode=seq-mean-token-mean`. Either framework's default
+# >   aggregation (TRL `"dapo"`, verl `token-mean`) weights each completion by its length instead.
 #
 # <details><summary>Question: a completion of 100 tokens in which one token's ratio went from 1 to 3 and the
 # others stayed at 1, with A > 0 and ε = 0.2. What does each level clip? (Answer)</summary>
@@ -1538,8 +1647,9 @@ plt.show()
 # most</td><td>share of Σ|A| on extreme groups</td></tr>
 # <tr><td>3</td><td><code>epsilon_high</code> / <code>clip_ratio_high</code></td><td>how fast rare good tokens can
 # rise</td><td>entropy, upper clip fraction</td></tr>
-# <tr><td>4</td><td><code>importance_sampling_level</code> / <code>policy_loss.loss_mode</code></td><td>one ratio
-# per completion</td><td>std of log ρ vs log s</td></tr>
+# <tr><td>4</td><td><code>importance_sampling_level</code> / <code>policy_loss.loss_mode</code> (with
+# <code>loss_type="grpo"</code> / <code>loss_agg_mode=seq-mean-token-mean</code> for the paper's
+# weighting)</td><td>one ratio per completion</td><td>std of log ρ vs log s</td></tr>
 # <tr><td>5</td><td>— / <code>algorithm.filter_groups</code></td><td>drops groups with equal
 # rewards</td><td><code>zero_var_groups</code>, effective batch</td></tr>
 # <tr><td>6</td><td><code>beta</code> (+ RLOO) / <code>use_kl_loss</code>,

@@ -70,6 +70,18 @@ def test_pathwise_k3_gradient_is_the_reverse_kl_gradient():
     assert (g["grad KL(pi||ref)"] - g["grad KL(ref||pi)"]).norm() > 0.1  # far apart: the two differ
 
 
+def test_pathwise_reversed_k3_gradient_is_half_the_chi2_gradient():
+    """B8's estimator as a loss: its expected gradient is (1/2) grad chi^2(pi || ref), which points toward
+    the reference like grad KL(pi || ref) (positive inner product) but is not it."""
+    ref = torch.tensor([0.4, 0.3, 0.2, 0.1]).log()
+    g = nb04_stabilisers.pathwise_kl_grads(torch.tensor([0.1, 0.2, 0.3, 0.4]).log(), ref)
+    assert torch.allclose(g["E[grad k3 reversed]"], g["grad chi2(pi||ref) / 2"], atol=1e-6)
+    assert torch.dot(g["E[grad k3 reversed]"], g["grad KL(pi||ref)"]) > 0
+    assert (g["E[grad k3 reversed]"] - g["grad KL(pi||ref)"]).norm() > 0.1
+    flat = nb04_stabilisers.pathwise_kl_grads(ref, ref)  # at pi = ref every pull vanishes
+    assert flat["E[grad k3 reversed]"].abs().max() < 1e-6
+
+
 def test_noisy_task_scales_glitches_and_records():
     task = grpo_fixed.AdditionTask()
     prompts = ["3+4=", "12+30="] * 200
@@ -103,6 +115,7 @@ def test_instrumented_run_records_every_iteration_and_is_cached():
     assert all(kl > 0 for kl in run["exact_kl"])  # the policy moved away from the reference (the SFT model)
     assert len(nb04_stabilisers.step_norms(run)) == 2 * cfg.inner_epochs * cfg.minibatches
     assert run["history"][0]["reward"] == pytest.approx(run["clean_reward"][0])  # scale 1, no glitch
+    assert len(run["max_weight"]) == 2 and run["max_weight"][0] == 1.0  # iteration 0: the policy is the reference
 
 
 def test_instrumented_run_uses_the_advantage_function_it_is_given():
@@ -117,6 +130,9 @@ def test_instrumented_run_uses_the_advantage_function_it_is_given():
 def test_instrumented_run_with_bugs_and_glitches():
     run = nb04_stabilisers.instrumented_run("B11", glitch_prob=0.5, glitch_size=10.0, seed=3, **SHORT)
     assert all(n > 0 for n in run["glitches"])
+    fast = nb04_stabilisers.instrumented_run("B11", glitch_prob=0.5, glitch_size=10.0, seed=3, exact_kl=False, **SHORT)
+    assert fast is not run and all(math.isnan(k) for k in fast["exact_kl"])  # skipped, and nothing else changes
+    assert [s["reward"] for s in fast["history"]] == [s["reward"] for s in run["history"]]
     assert run["history"][0]["reward"] > 1  # the glitch reaches the trainer's rewards
 
 

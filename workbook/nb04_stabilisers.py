@@ -69,7 +69,8 @@ def chi2(logp, logq):
 def pathwise_kl_grads(logits_p, logq):
     """Exact expected gradient wrt the logits of pi when each k is used as a loss on x ~ pi
     (samples do not carry gradient: weights pi(x) are detached), next to the true gradients
-    of KL(pi || ref) and KL(ref || pi). -> dict name -> (V,)"""
+    of KL(pi || ref) and KL(ref || pi); also B8's k3 with the log-ratio reversed, next to half the gradient of
+    chi^2(pi || ref) = sum_x pi(x)^2 / ref(x) - 1. -> dict name -> (V,)"""
     grads = {}
 
     def grad_of(fn):
@@ -81,6 +82,8 @@ def pathwise_kl_grads(logits_p, logq):
     grads["E[grad k1]"] = grad_of(lambda lp: (weights * (lp - logq)).sum())
     grads["E[grad k2]"] = grad_of(lambda lp: (weights * 0.5 * (logq - lp) ** 2).sum())
     grads["E[grad k3]"] = grad_of(lambda lp: (weights * ((logq - lp).exp() - 1 - (logq - lp))).sum())
+    grads["E[grad k3 reversed]"] = grad_of(lambda lp: (weights * ((lp - logq).exp() - 1 + (logq - lp))).sum())
+    grads["grad chi2(pi||ref) / 2"] = grad_of(lambda lp: 0.5 * ((2 * lp - logq).exp().sum() - 1))
     grads["grad KL(pi||ref)"] = grad_of(lambda lp: (lp.exp() * (lp - logq)).sum())
     grads["grad KL(ref||pi)"] = grad_of(lambda lp: (logq.exp() * (logq - lp)).sum())
     return grads
@@ -134,20 +137,23 @@ _RUNS: dict = {}
 
 
 def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0, glitch_size=0.0, seed=0,
-                     **overrides):
+                     exact_kl=True, **overrides):
     """train() of a hybrid (fixed + `bugs`) on NoisyAdditionTask (from the SFT checkpoint), recording per
     iteration: the inner steps (k3 to pi_ref as logged, k3 to pi_old from the ratio, pre-clip grad norm),
-    the exact KL to pi_ref after the update, the clean reward and the number of glitched samples.
+    the exact KL to pi_ref after the update, the largest pi_old / pi_ref over the batch's sampled tokens
+    (before the update), the clean reward and the number of glitched samples.
     advantage_fn, if given, replaces group_advantage (one group's rewards -> its advantages).
-    Cached: the same arguments return the same dict. -> dict(history, inner, exact_kl, clean_reward, glitches)"""
+    exact_kl=False skips the exact KL (two extra forwards per iteration) and records NaN instead.
+    Cached: the same arguments return the same dict.
+    -> dict(history, inner, exact_kl, max_weight, clean_reward, glitches)"""
     cfg = grpo_fixed.make_config(**overrides)  # hashable; equal configs share one run
-    key = (bugs, advantage_fn, reward_scale, glitch_prob, glitch_size, seed, cfg)
+    key = (bugs, advantage_fn, reward_scale, glitch_prob, glitch_size, seed, exact_kl, cfg)
     if key in _RUNS:
         return _RUNS[key]
     m = hybrid(*bugs)
     if advantage_fn is not None:
         m.group_advantage = advantage_fn  # batch_advantages looks it up in the copy's globals
-    out = dict(inner=[], exact_kl=[])
+    out = dict(inner=[], exact_kl=[], max_weight=[])
     rollout, update_policy, refs = m.rollout, m.update_policy, {}
 
     def rollout_spy(policy, ref_policy, tokenizer, task, cfg, generator):
@@ -155,10 +161,12 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
         return rollout(policy, ref_policy, tokenizer, task, cfg, generator)
 
     def update_spy(policy, optimizer, batch, cfg, generator):
+        log_w = (batch["old_logprobs"] - batch["ref_logprobs"])[batch["mask"]]  # (n_tokens,) log pi_old / pi_ref
+        out["max_weight"].append(log_w.exp().max().item())
         records = update_policy(policy, optimizer, batch, cfg, generator)
         out["inner"].append([dict(kl_ref=r["kl"], kl_old=k3_from_ratio(r["ratio"]), grad_norm=r["grad_norm"])
                              for r in records])
-        out["exact_kl"].append(exact_token_kl(m, policy, refs["ref"], batch, cfg.temperature))
+        out["exact_kl"].append(exact_token_kl(m, policy, refs["ref"], batch, cfg.temperature) if exact_kl else math.nan)
         return records
 
     m.rollout, m.update_policy = rollout_spy, update_spy

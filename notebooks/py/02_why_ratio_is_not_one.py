@@ -237,21 +237,27 @@ assert f"{lopsided[0]:.2f} {min(lopsided):.2f} {lopsided[6]:.2f}" == "5.49 2.63 
 #
 # Note the asymmetry: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of A > 0 − 1), is
 # 5.49 at k = 1 (−0.1155 against +0.0210) and never below 2.63 (at k = 7: −0.2110 against +0.0803): the
-# A < 0 tokens fall far further below 1 than the A > 0 tokens rise above it. A token's
-# ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), and mid-run the A > 0
-# tokens are already likely:
+# A < 0 tokens fall far further below 1 than the A > 0 tokens rise above it. Three things on this batch
+# push that way. To first order a token's log-prob moves in proportion to its $|A|$, and through the softmax
+# by $\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$, which is small for a token the policy already
+# likes (saturation); and a token's ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at
+# most 1), while the A < 0 tokens have no floor but 0. Mid-run the A > 0 tokens are the likely ones:
 
 # %%
 old_prob = batch["old_logprobs"][batch["mask"]].exp()  # (n_tokens,)
-ceiling_share = {}
+ceiling_share, size, room = {}, {}, {}
 for label, sel in [("A>0", token_adv > 0), ("A<0", token_adv < 0)]:
     ceiling = 1 / old_prob[sel]  # the largest ratio this token can ever reach
     ceiling_share[label] = (ceiling < 1.2).float().mean().item()
-    print(f"{label}: mean pi_old(token) {old_prob[sel].mean():.3f}, median ceiling 1/pi_old {ceiling.median():.3f}, "
+    size[label], room[label] = token_adv[sel].abs().mean().item(), (1 - old_prob[sel]).mean().item()
+    print(f"{label}: mean |A| {size[label]:.3f}, mean 1 - pi_old {room[label]:.3f}, mean pi_old(token) "
+          f"{old_prob[sel].mean():.3f}, median ceiling 1/pi_old {ceiling.median():.3f}, "
           f"fraction with ceiling below 1.2: {ceiling_share[label]:.2f}")
-assert ceiling_share["A>0"] > ceiling_share["A<0"]
+print(f"A<0 / A>0: mean |A| x{size['A<0'] / size['A>0']:.2f}, mean 1 - pi_old x{room['A<0'] / room['A>0']:.2f}")
+assert ceiling_share["A>0"] > ceiling_share["A<0"] and size["A<0"] > size["A>0"] and room["A<0"] > 2 * room["A>0"]
 assert [f"{old_prob[s].mean():.3f}" for s in (token_adv > 0, token_adv < 0)] == ["0.839", "0.624"]  # as quoted
 assert [f"{ceiling_share[k]:.2f}" for k in ("A>0", "A<0")] == ["0.54", "0.39"]
+assert [f"{size[k]:.3f} {room[k]:.3f}" for k in ("A>0", "A<0")] == ["0.867 0.161", "1.006 0.376"]  # as quoted
 
 # %% [markdown]
 # Which tokens does the clip act on? The clipped surrogate $\min(\rho A, \text{clip}(\rho, 1-\epsilon, 1+\epsilon)A)$
@@ -282,10 +288,12 @@ fig.suptitle("grpo_fixed: ratio pi_k / pi_old by sign of A (dashed: clip window 
 plt.show()
 
 # %% [markdown]
-# The A > 0 tokens have mean $\pi_\text{old}$ 0.839 against 0.624 for A < 0, and 54% of them have
-# $\pi_\text{old} > 1/1.2$ (39% of the A < 0 tokens): their ratio can *never* reach $1+\epsilon = 1.2$, so
-# they can never be clipped. The A < 0 tokens have no floor but 0, which is where the long left tail of
-# the histograms comes from.
+# The A > 0 tokens have mean $\pi_\text{old}$ 0.839 against 0.624 for A < 0, so their mean room to move,
+# $1 - \pi_\text{old}$, is 0.161 against 0.376 (2.3 times more for A < 0), and their mean $|A|$ is a little
+# smaller too (0.867 against 1.006). And 54% of them have $\pi_\text{old} > 1/1.2$ (39% of the A < 0 tokens):
+# their ratio can *never* reach $1+\epsilon = 1.2$, so they can never be clipped. The A < 0 tokens have no
+# floor but 0, which is where the long left tail of the histograms comes from. (The sizes are this batch's; the
+# signs of the comparisons are what the cell asserts.)
 
 # %% [markdown]
 # > **You should know.** The natural drift pushes A > 0 tokens toward $1+\epsilon$ and A < 0 tokens toward
@@ -377,6 +385,19 @@ small_quoted = [f"{small_lr[k]:.3f}" for k in ("last_min_buggy", "last_max_buggy
 assert small_lr["first_clip_fixed"] == 1 and small_quoted == ["0.012", "7.344", "0.156", "1.416"]  # as quoted
 
 # %%
+smallest_lr = set_value(w_drift, "lr", 3e-4)  # the slider's smallest step
+show(smallest_lr)
+print("fixed twin at clip 0.2, per lr: first inner step that clips, fraction outside the window at the last step")
+engages, outside = {}, {}
+for lr in LRS:  # every position was replayed above: reading the cache only
+    trace = nb02_ratio.inner_trace(grpo_fixed, snap, 8, lr, 0.2, ratio_fn=true_ratio)
+    engages[lr] = next(k for k, c in enumerate(trace["clipped"]) if c > 0)
+    outside[lr] = clipped(trace["ratio"][-1], token_adv, 0.2).float().mean().item()
+    print(f"  lr {lr:.0e}: k = {engages[lr]}, outside {outside[lr]:.3f}")
+assert smallest_lr["first_clip_fixed"] == engages[3e-4] == 2 and all(engages[lr] == 1 for lr in LRS[1:])
+assert outside[1e-2] < outside[3e-3]  # not monotone in the lr
+
+# %%
 steps_before = nb02_ratio.replays_run()
 set_value(w_drift, "lr", 3e-3)  # back to the default: both replays cached, only the redraw
 assert nb02_ratio.replays_run() == steps_before
@@ -389,9 +410,10 @@ assert all(torch.equal(a, b) for a, b in zip(b3_other_clip["ratio"], b3_default[
 # %% [markdown]
 # What the numbers say:
 #
-# - **When clipping engages.** Never at k = 0 (ratio exactly 1). At lr = 3e-3 and at lr = 1e-3 the fixed
-#   twin already clips some tokens at k = 1 (move the lr slider to 3e-4 for a later start). The more inner
-#   steps and the larger the lr, the earlier and the more.
+# - **When clipping engages.** Never at k = 0 (ratio exactly 1). From lr = 1e-3 up the fixed twin already
+#   clips some tokens at k = 1; at lr = 3e-4 (the slider's smallest) it starts at k = 2 (all printed above, at
+#   clip 0.2). How many tokens end outside the window at the last step is not monotone in the lr on this batch
+#   (0.242 at 3e-3, fewer at 1e-2: printed above).
 # - **B3: never.** The loss sees a ratio of 1 at every step (dotted line), while the true ratio at the
 #   last step (k = 7, lr = 3e-3) spans [0.004, 1.563], against [0.010, 1.385] for the fixed twin (at
 #   lr = 1e-3: [0.012, 7.344] against [0.156, 1.416]). Without a live clip, nothing stops tokens that
@@ -406,8 +428,14 @@ assert all(torch.equal(a, b) for a, b in zip(b3_other_clip["ratio"], b3_default[
 # > **You should know.** Clipping engages only after the policy has moved: never at the first inner
 # > step, later for smaller lr and fewer inner steps. If the logged clip fraction is **exactly 0 for the
 # > whole run** while `inner_epochs × minibatches > 1`, suspect B3 (old log-probs recomputed in the
-# > loop). A tiny lr also gives 0 clipping; what tells them apart is `ratio_last_maxdev`, exactly 0 only
-# > under B3: the fixed twin's health check "ratio moves after updates".
+# > loop). A tiny lr also gives 0 clipping; what tells them apart is `ratio_last_maxdev` (the fixed twin's
+# > health check "ratio moves after updates"): exactly 0 under B3, small but not 0 under a tiny lr. It is
+# > also exactly 0 whenever θ does not move at all (lr = 0, parameters missing from the optimizer, a loss
+# > detached from them): compare the loss's ratio with the true one against the cached log-probs, which
+# > drifts under B3 only. And a trainer that takes one optimizer step per rollout batch has nothing to clip:
+# > TRL's `GRPOConfig` defaults to `num_iterations=1`, and then (with `steps_per_generation` at its default,
+# > `gradient_accumulation_steps`, and no vLLM importance sampling) its `grpo_trainer.py` uses
+# > `per_token_logps.detach()` as the old log-probs (TRL 1.16.0): a clip fraction of 0 there is expected.
 #
 # <details><summary>Answer: B3 never crashes and never gives NaN. Why can it learn at all?</summary>
 #
@@ -535,7 +563,7 @@ assert (f"{same_mode['hi']:.0f} {same_mode['clipped']} {twins['hi']:.3f} {twins[
 # - **eval mode for both passes** (dropout off while computing the log-probs of the loss),
 # - **no dropout** (TRL's `GRPOConfig` has `disable_dropout`: "Whether to disable dropout in the model.
 #   This is useful for training with a reference model, as it prevents the model from generating different
-#   logprobs for the same input", default `False`; `trl/trainer/grpo_config.py` at commit `006d32c`),
+#   logprobs for the same input", default `False`; `trl/trainer/grpo_config.py`, TRL 1.16.0),
 # - **the same dropout mask** for both passes (here: the same seed, same batch, same shapes; a real
 #   trainer would have to store or replay each sequence's mask across minibatches, which is why the first
 #   two are the practical fixes).
@@ -560,8 +588,9 @@ assert abs(mean_ratio - 1) < 1e-6 and mean_log_ratio < 0
 
 # %% [markdown]
 # With T < 1 the sampler is sharper than what B10 scores: the likely tokens (the ones usually drawn) get
-# ratio < 1, the unlikely ones ratio > 1. The mean ratio under sampling is exactly 1 (an importance
-# weight always averages to 1), but the mean log-ratio is negative (−0.0183 here, it is
+# ratio < 1, the unlikely ones ratio > 1. The mean ratio under sampling is exactly 1 ($\mathbb{E}_q[p/q]$ sums
+# $p$ over the tokens $q$ can draw, all of them here; a top-p or top-k sampler that cuts tokens $p$ still
+# likes makes it less than 1), but the mean log-ratio is negative (−0.0183 here, it is
 # $-\text{KL}(p_T \| p_1)$): a systematic bias, not noise. On the snapshot's batch the B10 row above
 # shows a gap of 0.9 nats between trainer and sampler.
 
@@ -666,11 +695,12 @@ assert f"{bf16_std:.2e}" == "4.99e-03"
 # bf16 sampler's mean (−1.25e-05) is about 400 times smaller than its per-token std (4.99e-03), so on this
 # small batch it *looks* like pure noise, and its sign only stands out past about 640,000 tokens. The two
 # numbers are tied: for a small mismatch KL ≈ std²/2 (second order in log p/q), so the mean is −std²/2
-# (both printed) and the sign needs about 16/std² tokens. Two batches of a large run are that
-# big (512 prompts × 8 samples × 600 tokens ≈ 2.5 million each), and a real bf16 engine differs from the trainer in
-# more than the last rounding of the logits (larger std, sign sooner): there a low-precision sampler shows
-# a steady negative mean log-ratio on every batch too. The sign says "q ≠ p", never which cause; the size,
-# and what it depends on (T = 1, eval mode, logit scale), does.
+# (both printed) and the sign needs about 16/std² tokens. A batch of 512 prompts × 8 samples × 600 tokens
+# (about 2.5 million) is larger than that, so at this per-token std the sign would already show within one
+# such batch. A real bf16 engine differs from the trainer in more than the last rounding of the logits (a
+# whole forward pass in bf16, other kernels); a larger std shows the sign sooner, but how large it is there is
+# not measured here. The sign says "q ≠ p", never which cause; the size, and what it depends on (T = 1, eval
+# mode, logit scale), does.
 #
 # > **You should know.** Print two things before trusting any ratio: `ratio_first_maxdev` (exactly 0 in the
 # > fixed twin; catches dropout in train mode and any old-vs-new code-path difference) and `logprob_gap`
@@ -684,8 +714,8 @@ assert f"{bf16_std:.2e}" == "4.99e-03"
 #
 # The two sides score different distributions: mean log-ratio = −KL(sampler ‖ trainer), so a steady
 # negative sign comes with *any* mismatch and does not name the cause; the size does. −0.02 is
-# temperature-sized (−0.015 for B10 on the batch of notebook 02 §5.4, −0.018 on five logits), about 1,200
-# times what bf16 rounding of the logits gives there (−1.25e-05). So check, in order:
+# temperature-sized: B10 gives −0.015 on the batch of notebook 02 §5.4 (about 1,200 times what bf16 rounding
+# of the logits gives there, −1.25e-05) and −0.018 on five logits. So check, in order:
 # the sampling settings applied by the engine but not by the trainer (temperature, top-p/top-k: B10),
 # then the log-prob shift (B6), then dropout / train mode in the trainer, then numerics (a bf16 engine
 # against an fp32 trainer: small, growing with sharper logits, notebook 07 §1). Re-run one batch at T = 1
@@ -986,8 +1016,10 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 #    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates"
 #    (notebook 02 §4).
 # 3. A > 0 tokens rise toward $1+\epsilon$ (first order: $\sum_t A_t\Delta\log\pi_t \ge 0$); A < 0 tokens fall
-#    toward $1-\epsilon$. A > 0 tokens are already likely mid-run, so their ratio is capped by $1/\pi_\text{old}$;
-#    A < 0 tokens can fall toward 0 (notebook 02 §3).
+#    toward $1-\epsilon$. A > 0 tokens are already likely mid-run: their log-prob moves less per unit of
+#    gradient ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by
+#    $1/\pi_\text{old}$, while A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also
+#    carry a slightly larger mean $|A|$ (notebook 02 §3).
 # 4. No: train mode draws a new dropout mask each forward, while the cached old log-probs were eval-mode. Two
 #    train-mode passes do not help either (two different masks). Fixes: eval mode for both passes, no dropout
 #    (TRL's `disable_dropout`), or the same dropout mask for both (notebook 02 §5.1).

@@ -43,6 +43,7 @@ import grpo_buggy
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from tinylm import CharTokenizer, TinyLM
+from workbook import nb04_stabilisers
 from workbook.catalog import BUGS, hybrid
 from workbook.monitor import (
     CHECK_INFO,
@@ -100,8 +101,9 @@ display(Markdown(check_table("iteration")))
 # default run (AdditionTask from its SFT checkpoint, 70 iterations of 16 prompts x 8 samples, one torch
 # thread), seeds 0, 1 and 2: per seed the **median** and **max** of the clip fractions, the **95th
 # percentile** of `kl`, the **max** of `grad_norm` and the **min/max** of `ratio_last_mean`; each `hi` sits a
-# margin above the worst of the three seeds. The `why` column quotes those runs (and real-LM figures);
-# notebook 03 §7 re-measures part of seed 0's run here.
+# margin above the worst of the three seeds. The `why` column quotes those runs, and for the clip fractions
+# and the KL also the values typically reported for GRPO on LMs (no source checked here); the toy's own
+# numbers are larger, so its ranges are wider, and notebook 03 §7.1 re-measures part of seed 0's run here.
 
 # %% [markdown]
 # And the preflight probes: `grpo_fixed.preflight(module)` calls the module's own building blocks on
@@ -334,15 +336,61 @@ assert first_it["B8"] == 3 and b8_grad[3] > STATS["grad_norm"].hi > max(b8_grad[
 #   clipping) are caught by the preflight. B4, B5, B7 and B11 trip no training statistic at all
 #   within 6 iterations. B2 does only once a group is constant: the SFT model's groups all carry signal
 #   at iterations 0 and 1, and the first constant group (`zero_var_groups` 1/6) comes at iteration 2.
-#   B8 trips `grad norm bounded` at iteration 3, once the reversed KL term has pushed the policy far from
-#   the reference: a symptom, late. B1 trips `clip fraction moderate` and `grad norm bounded` at iteration
-#   0: a symptom, not a diagnosis. B1 is the instructive one: `generate` records
+#   B8 trips `grad norm bounded` at iteration 3: a symptom, late, and not of a policy far from the
+#   reference (next cells). B1 trips `clip fraction moderate` and `grad norm bounded` at iteration 0: a
+#   symptom, not a diagnosis. B1 is the instructive one: `generate` records
 #   $\log\mathrm{softmax}(z)$ of the token it drew, not the probability the buggy sampler actually used, so
 #   `logprob_gap` cannot see it (within its rounding range under B1, printed). A statistic only catches what
 #   it measures.
 # * **Bugs in how the pieces are wired** (old log-probs recomputed, a shifted or untempered training
 #   log-prob, groups reshaped along the wrong axis) pass every probe: each piece is correct on its own.
 #   Only statistics of a real batch see them, and they do at iteration 0.
+#
+# **What B8's spike is, and what it is not.** B8 computes $k_3$ with the log-ratio reversed: with
+# $x = \log\pi_\text{ref} - \log\pi$ it uses $e^{-x} + x - 1 = \pi/\pi_\text{ref} - 1 - \log(\pi/\pi_\text{ref})$
+# per sampled token. Its mean is $\chi^2(\pi\,\|\,\pi_\text{ref}) - \mathrm{KL}$, and its expected gradient is
+# $\tfrac12\nabla\chi^2(\pi\,\|\,\pi_\text{ref})$ (notebook 04 §2.2): still a pull *toward* the reference, but
+# one whose per-token weight is $\beta\,(\pi/\pi_\text{ref} - 1)$ (the derivative of the term with respect
+# to $\log\pi$), unbounded where the policy likes a token far more than the reference does, which are the
+# tokens it samples most. The fixed $k_3$'s weight is $\beta\,(1 - \pi_\text{ref}/\pi)$: never above $\beta$
+# (large and negative only on tokens $\pi$ rarely samples). So the spike should come with a sampled token of
+# large $\pi/\pi_\text{ref}$, and the policy should *not* be far from the reference. The same 6-iteration
+# runs, B8 and fixed, with the exact per-token $\mathrm{KL}(\pi\,\|\,\pi_\text{ref})$ after each update (a
+# sum over the vocabulary, `workbook.nb04_stabilisers.instrumented_run`) and the largest
+# $\pi_\text{old}/\pi_\text{ref}$ among the batch's sampled tokens:
+
+# %%
+b8_run, fixed_run = (nb04_stabilisers.instrumented_run(*bugs, **SHORT) for bugs in (("B8",), ()))
+assert [s["grad_norm"] for s in b8_run["history"]] == b8_grad  # the run of the table above
+spike = b8_grad.index(max(b8_grad))
+for name, r in (("B8", b8_run), ("fixed", fixed_run)):
+    print(f"{name:5s} logged kl  " + " ".join(f"{s['kl']:7.3f}" for s in r["history"]))
+    print(f"{name:5s} exact KL   " + " ".join(f"{k:7.3f}" for k in r["exact_kl"]))
+    print(f"{name:5s} grad_norm  " + " ".join(f"{s['grad_norm']:7.1f}" for s in r["history"]))
+    print(f"{name:5s} max pi/ref " + " ".join(f"{w:7.1f}" for w in r["max_weight"]))
+logp = torch.tensor([[0.0]], requires_grad=True)  # one token, log pi = 0; log pi_ref = -log w
+w = b8_run["max_weight"][spike]
+one = torch.ones(1, 1, dtype=torch.bool)
+for name, module in (("B8", hybrid("B8")), ("fixed", grpo_fixed)):
+    (grad,) = torch.autograd.grad(module.kl_to_reference(logp, torch.tensor([[-math.log(w)]]), one), logp)
+    print(f"{name:5s} d kl / d log pi of a token with pi/pi_ref = {w:.1f}: {grad.item():+.3f}")
+assert spike == 3 and b8_run["max_weight"][spike] > 100 > max(b8_run["max_weight"][:spike])
+assert max(b8_run["exact_kl"]) < max(fixed_run["exact_kl"])  # B8's policy is no further from the reference
+assert max(s["kl"] for s in b8_run["history"]) > 10 * max(b8_run["exact_kl"])  # ... than its logged kl says
+assert fixed_run["max_weight"][4] > 100 and max(s["grad_norm"] for s in fixed_run["history"]) < STATS["grad_norm"].hi
+quoted = [b8_run["history"][3]["kl"], b8_run["history"][4]["kl"], max(b8_run["exact_kl"]), max(fixed_run["exact_kl"]),
+          fixed_run["history"][4]["grad_norm"]]
+assert [f"{v:.3f}" for v in quoted[:4]] + [f"{quoted[4]:.1f}"] == ["0.408", "3.667", "0.108", "0.185", "5.4"]
+
+# %% [markdown]
+# B8's gradient norm jumps at iteration 3, the first batch that samples a token the policy likes hundreds of
+# times more than the reference (printed); that token's KL gradient is the ratio minus 1, against less than 1
+# for the fixed estimator (printed). Its logged `kl` (the last inner step's) reads 0.408 at iteration 3 and
+# 3.667 at iteration 4, while the largest exact KL of B8's policy over the six iterations is 0.108, below the
+# fixed run's 0.185: the reversed estimator over-reports the KL and over-corrects toward the reference, it
+# does not let the policy run away. The fixed run samples such a token too (iteration 4), and its gradient
+# norm there is 5.4, inside its range. The default 70-iteration run of B8 is in notebook 01 and the catalog's
+# B8 entry.
 #
 # ### 6.1 Why B = 6 prompts, not 8: B9 hides when B divides G
 #
@@ -519,6 +567,7 @@ print(f"kl: max {max(kl_run):.3f}, 95th percentile {torch.tensor(kl_run).quantil
       f"above log V = {math.log(V):.3f} in {above_log_v} iterations")
 assert mon_default.quiet and not any(mon_default.failures)  # zero failures over the run
 assert sum(d > 1 for d in maxdev) >= 1 and maxdev[worst] > 1.1  # the old bound on the max would fire
+assert f"{maxdev[worst]:.2f} {worst}" == "1.17 15"  # as quoted in the self-check
 assert above_log_v == 0 and clip_max < STATS["clip_frac_pos"].hi  # ... the old KL bound would not, here
 
 # %% [markdown]
@@ -791,8 +840,11 @@ print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider m
 #    probabilities (min-shifted logits) are never logged. Only a probe that counts sampled frequencies
 #    (the preflight) compares against the true distribution.
 # 3. $e^{x} - x - 1 \ge 0$ for every real $x$, including $-x$: reversing the log-ratio still gives a
-#    non-negative number. It is the wrong *expectation* (about 6.03 instead of 1.04 in the probe of
-#    notebook 03 §1), which only an unbiasedness test sees.
+#    non-negative number. What is wrong is its *expectation*, $\chi^2 - \mathrm{KL}$ (about 6.03 instead of
+#    1.04 in the probe of notebook 03 §1), and its gradient, $\tfrac12\nabla\chi^2$: still toward the
+#    reference, but with a per-token weight $\pi/\pi_\text{ref} - 1$ that explodes on tokens the reference
+#    finds unlikely. An unbiasedness probe sees it before training; in training only the gradient-norm spike
+#    does, late (iteration 3 in notebook 03 §6).
 # 4. B9 (groups reshaped along the wrong axis): with $B = G$ `view(G, B)` and `view(B, G)` are the same
 #    tensor, and with $B$ dividing $G$ every wrong row lies inside one group, so each group stays centred.
 #    Use a batch where $B$ does not divide $G$ (here 6 and 8).
@@ -802,8 +854,9 @@ print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider m
 #    holds at the first step.
 # 6. Clipping only removes the gradient that would push a token further past $1 \pm c$ the way its
 #    advantage favours; the token still moves with the shared parameters and Adam's momentum, and the max
-#    over a minibatch is set by one token. The fixed twin's default run exceeds 1 in many iterations with
-#    every check passing (notebook 03 §7). Watch the clip fractions and the mean ratio instead.
+#    over a minibatch is set by one token. The first 20 iterations of the fixed twin's default run exceed 1
+#    (1.17 at iteration 15) with every check passing (notebook 03 §7.1). Watch the clip fractions and the mean
+#    ratio instead.
 # 7. Safe only when the padding comes after every scored token: pack each row (prompt + completion) first,
 #    then pad the packed rows on the right and read each row's completion log-probs at its own offsets; the
 #    causal mask keeps the real tokens from seeing the pads. Not safe when the prompts are right-padded and

@@ -252,7 +252,7 @@ assert 1.3 / 1.5 <= wide["buggy A>0"][0] < 1.3 / 1.5 + 0.025 and 1.3 / 0.5 <= sm
 # > - The window does **not** bound ρ itself: it only removes this token's incentive to go further,
 # >   while updates driven by other tokens (shared parameters) can still move it. And for A < 0 with
 # >   ρ > 1+ε the gradient ρA grows without limit (−4.5 at ρ = 3 above). "Dual-clip" PPO caps that
-# >   branch; here gradient clipping (notebook 04 §4) is the backstop.
+# >   branch; here only gradient clipping (notebook 04 §4), which caps the whole step's norm, would.
 # > - B4 signature: with |A| > 1+ε, a good token's gradient is zero at ρ = 1 (no learning from the
 # >   strongest signals); bad tokens are never clipped.
 #
@@ -331,8 +331,9 @@ assert table["learned", "k2"][2] > 1.5 and table["learned", "k3 reversed (B8)"][
 # What the table says:
 #
 # - **k1** is unbiased up to that noise, but on the near pair its std is 0.0435 for a KL of 0.0010,
-#   and it is negative on 38% (near) and 40% (uniform) of samples: a per-token penalty that *rewards*
-#   a large share of the tokens for moving away.
+#   and it is negative on 38% (near) and 40% (uniform) of samples. Negative values are not the problem
+#   (a sample's sign does not set its gradient: used as a loss, k1's expected gradient is 0 whatever the
+#   signs, notebook 04 §2.2); the noise is: a penalty estimated from a few tokens is mostly noise.
 # - **k2** is never negative and has a small spread, but it is biased once π is far from π_ref: 4.0220
 #   for an exact 2.3979 (learned), 0.5131 for 0.7392 (collapsed).
 # - **k3** is never negative and unbiased, with a std as small as k2's near the reference (0.0005 on
@@ -390,9 +391,9 @@ print(f"t = 1.0: exact {exact[-1]:.4f}  buggy {estimate['buggy'][-1]:.4f}  fixed
 # %%
 print(f"{'pair':9s} {'|E grad k1|':>11} {'|E grad k2 - grad KL(pi||ref)|':>31} "
       f"{'|E grad k3 - grad KL(ref||pi)|':>31} {'|grad KL(pi||ref)|':>19} {'|difference|':>13}")
-gaps = {}
+gaps, grads = {}, {}
 for name, logp in PAIRS.items():
-    g = nb04_stabilisers.pathwise_kl_grads(logp, REF)
+    grads[name] = g = nb04_stabilisers.pathwise_kl_grads(logp, REF)
     gaps[name] = (g["grad KL(pi||ref)"] - g["grad KL(ref||pi)"]).norm().item(), g["grad KL(pi||ref)"].norm().item()
     print(f"{name:9s} {g['E[grad k1]'].norm():11.2e} {(g['E[grad k2]'] - g['grad KL(pi||ref)']).norm():31.2e} "
           f"{(g['E[grad k3]'] - g['grad KL(ref||pi)']).norm():31.2e} {gaps[name][1]:19.4f} {gaps[name][0]:13.4f}")
@@ -408,11 +409,42 @@ assert gaps["near"][0] < 0.01 * gaps["near"][1] and gaps["learned"][0] > gaps["l
 # differ by as much as the gradient itself (learned: difference 0.5098, norm 0.4961). So "k3 is
 # unbiased" is a statement about the logged *value*; the penalty's gradient is that of KL(π_ref ‖ π).
 #
+# **B8's gradient.** With the log-ratio reversed the per-sample term is π/π_ref − 1 − log(π/π_ref), whose
+# derivative with respect to log π is π/π_ref − 1; its expectation under π is Σ_x π(x)(π(x)/π_ref(x) − 1)
+# ∇log π(x) = ½∇χ²(π ‖ π_ref), since ∇Σ_x π²/π_ref = 2Σ_x (π²/π_ref)∇log π and E_π[∇log π] = 0. χ² is
+# minimised at π = π_ref, so B8 still pulls *toward* the reference, not away: the cosine with ∇KL(π ‖ π_ref)
+# (the direction a correct penalty descends) is printed for each pair, with the two norms.
+
+# %%
+print(f"{'pair':9s} {'|E grad k3 rev - grad chi2/2|':>29} {'|E grad k3 rev|':>15} {'|grad KL(pi||ref)|':>19} "
+      f"{'cosine':>7}")
+cosines = {}
+for name, g in grads.items():
+    b8, kl_grad = g["E[grad k3 reversed]"], g["grad KL(pi||ref)"]
+    cosines[name] = torch.nn.functional.cosine_similarity(b8, kl_grad, dim=0).item()
+    print(f"{name:9s} {(b8 - g['grad chi2(pi||ref) / 2']).norm():29.2e} {b8.norm():15.4f} {kl_grad.norm():19.4f} "
+          f"{cosines[name]:7.3f}")
+    assert (b8 - g["grad chi2(pi||ref) / 2"]).norm() < 1e-5 * max(1.0, b8.norm().item())  # rounding only
+assert all(c > 0 for c in cosines.values())  # toward the reference, every pair
+b8_norm = {name: (g["E[grad k3 reversed]"].norm().item(), g["grad KL(pi||ref)"].norm().item())
+           for name, g in grads.items()}  # (|E grad k3 reversed|, |grad KL(pi||ref)|)
+assert b8_norm["learned"][0] > 3 * b8_norm["learned"][1] and b8_norm["collapsed"][0] < b8_norm["collapsed"][1]
+assert [f"{v:.4f}" for v in (*b8_norm["learned"], *b8_norm["collapsed"])] == ["1.8018", "0.4961", "0.0989", "0.1468"]
+
+# %% [markdown]
+# Every cosine is positive: B8 is an anchor, not a repeller. Near the reference it is the right one
+# (χ² ≈ 2 KL to second order, so ½∇χ² ≈ ∇KL); on the learned pair its pull is 3.6 times ∇KL(π ‖ π_ref)'s
+# (norm 1.8018 against 0.4961), because its per-token weight π/π_ref − 1 grows without bound on the tokens
+# the policy now likes and the reference did not; on the collapsed pair it is weaker (0.0989 against 0.1468).
+# In a training run that weight shows as gradient-norm spikes while the policy stays near the reference
+# (notebook 03 §6).
+#
 # > **You should know.**
 # > - k1 unbiased but noisy and often negative; k2 low variance but biased; k3 unbiased, ≥ 0, low
 # >   variance near the reference (because E_π[r] = 1 makes the added r − 1 a zero-mean control variate).
 # > - B8 reverses the log-ratio: it estimates χ² − KL, right near the reference and far too large
-# >   once the policy has learned something the reference found unlikely.
+# >   once the policy has learned something the reference found unlikely; its gradient is ½∇χ²(π ‖ π_ref),
+# >   still toward the reference but with a per-token weight π/π_ref − 1 that is unbounded.
 # > - As a loss, k3's gradient is that of KL(π_ref ‖ π); it matches ∇KL(π ‖ π_ref) to first order.
 #
 # <details><summary>Question: a colleague logs the mean of k1 and sees a negative KL. Bug?
@@ -446,6 +478,7 @@ cost = [beta_reward[label] - beta_reward["0.5"] for label in ("0", "0.1")]
 print(f"beta = 0.5 costs {min(cost):.3f} to {max(cost):.3f} reward against beta <= 0.1")
 assert beta_kl["0.5"] < 0.7 * min(beta_kl["0"], beta_kl["0.1"])  # a large beta holds the policy closest
 assert max(beta_reward.values()) - min(beta_reward.values()) < 0.1  # rewards within one short run's noise
+assert [f"{beta_kl[b]:.3f} {beta_reward[b]:.3f}" for b in BETAS] == ["0.119 0.469", "0.212 0.419", "0.073 0.411"]
 
 # %%
 fig_beta, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
@@ -486,15 +519,20 @@ for label in ("0.5", "0"):
 # iterations, against 0.119 (β = 0) and 0.212 (β = 0.1). That β = 0 drifted *less* than β = 0.1 is one seed
 # of 20 short iterations: the drift depends on which completions happened to be sampled, and the two runs
 # consume the same random stream in different ways. The rewards (0.469, 0.419, 0.411) are within that noise
-# too, so this run cannot show β's cost in reward; it shows only the drift the large β prevents. (On real
-# LLM runs the per-token KL to the reference typically stays between 1e-3 and 1e-1 nats; the toy's 0.1 to
-# 0.3 after 20 iterations comes from a lr of 4e-4 on a 100k-parameter model.)
+# too, so this run cannot show β's cost in reward; it shows only the drift the large β prevents. (For GRPO
+# on LMs that keep a KL term, per-token KLs of 1e-3 to 1e-1 nats are typically reported, with small β; TRL
+# 1.16.0's `GRPOConfig.beta` defaults to 0.0, in which case "the reference model is not loaded". The toy's
+# 0.073 to 0.212 is larger; it is not a model of an LLM's scale.)
 #
 # ### 2.4 A flipped sign
 #
-# `loss = pg_loss - beta * kl` (or a k1 penalty written as log π_ref − log π) turns the
-# anchor into a repeller: the policy is *rewarded* for moving away from the reference. The tiny local
-# variant is `beta=-0.1` in the config; same seed and settings as above.
+# `loss = pg_loss - beta * kl` (or a negative β from a config) turns the anchor into a repeller: the policy
+# is *rewarded* for moving away from the reference. Not every sign slip does that. A k1 term in the loss
+# written as log π_ref − log π has zero expected gradient whichever its sign (E_π[∇log π] = 0, notebook 04
+# §2.2), so flipping it changes nothing in expectation; a flipped k1 repels only when it sits in the
+# *reward*, where it acts through the score function. And B8 keeps both the value (χ² − KL ≥ 0) and the pull
+# toward the reference (§2.2). The tiny local variant of the real flip is `beta=-0.1` in the config; same seed
+# and settings as above.
 
 # %%
 flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"],
@@ -511,7 +549,7 @@ for (label, run), color in zip(flip_runs.items(), (FIXED, REFERENCE, BUGGY), str
     ax_k.plot(run["exact_kl"], color=color, label=f"beta {label}")
     ax_e.plot([s["entropy"] for s in run["history"]], color=color, label=f"beta {label}")
 ax_k.set(xlabel="iteration", ylabel="exact KL(pi || pi_ref)", title="KL runs away with the sign flipped")
-ax_e.set(xlabel="iteration", ylabel="sampling entropy (nats)", title="entropy collapses")
+ax_e.set(xlabel="iteration", ylabel="sampling entropy (nats)", title="sampling entropy")
 ax_k.legend(fontsize="small")
 plt.show()
 flipped, free = flip_runs["-0.1"], flip_runs["0"]
@@ -520,13 +558,16 @@ assert tail_mean(flipped["exact_kl"]) > tail_mean(free["exact_kl"])
 assert abs(flipped["history"][-1]["entropy"] - free["history"][-1]["entropy"]) < 0.1  # no collapse (yet)
 assert tail_mean(flipped["clean_reward"]) < tail_mean(free["clean_reward"])
 assert warnings_per_run["-0.1"] == 0  # no health check fires
+assert [f"{v:.3f}" for v in (flipped["exact_kl"][9], free["exact_kl"][9], tail_mean(flipped["exact_kl"]),
+                             tail_mean(flipped["clean_reward"]), flipped["history"][-1]["entropy"],
+                             free["history"][-1]["entropy"])] == ["0.333", "0.086", "0.296", "0.402", "0.688", "0.649"]
 
 # %% [markdown]
 # With the sign flipped the KL climbs faster than with no penalty at all (0.333 vs 0.086 nats at
 # iteration 9, 0.296 vs 0.119 over the last 10) and the reward ends lower (0.402 against 0.469, within
 # this short run's noise): the penalty now pays the policy for being different from the reference, not
-# for being right. In 20 iterations the sampling entropy has not collapsed (0.688 vs 0.649); a longer run
-# would push it further, and the KL could still not grow without bound, since KL(π ‖ π_ref) ≤
+# for being right. In 20 iterations the sampling entropy has not collapsed (0.688 vs 0.649); what a longer
+# run would do is not measured here. The KL cannot grow without bound in any case, since KL(π ‖ π_ref) ≤
 # max_x log(1/π_ref(x)) at each position. No health check fires (the last column): the KL *is*
 # positive, just growing for the wrong reason. The signature is KL rising faster than in a β = 0 run.
 #
@@ -569,16 +610,19 @@ assert max(first_step_old) == 0.0 and last_step_old < 0.1 < run["inner"][19][0][
 # > **You should know.**
 # > - β trades reward for staying close: here β = 0.5 held the exact KL at 0.073 nats/token against
 # >   0.119 to 0.212 for β ≤ 0.1; 20 iterations of 64 samples are too few to measure its cost in reward.
-# > - A flipped sign does not crash anything: KL rises faster than with no penalty (4× at iteration 9),
-# >   reward falls, and given time entropy collapses. Compare against a β = 0 run to see it.
+# > - A flipped sign on the penalty does not crash anything: KL rises faster than with no penalty (4× at
+# >   iteration 9) and reward ends lower. Compare against a β = 0 run to see it. A flipped k1 *in the loss*
+# >   does nothing in expectation; in the reward it repels.
 # > - The ratio clip bounds one iteration's step against π_old; the KL anchor bounds the total drift
 # >   against π_ref. π_old cannot do the second job: KL to it restarts from 0 every rollout.
 #
 # <details><summary>Question: your KL curve is flat at exactly 0.0000 for the whole run while the reward
 # rises. What are the likely causes? (Answer)</summary>
 #
-# The "reference" is the policy itself: the same module (no `deepcopy`), or ref log-probs computed
-# with `policy` instead of `ref_policy` inside the inner loop. A reference re-copied from the policy at
+# The "reference" is the policy itself: the same module (no `deepcopy`), parameters shared with the policy
+# (a shallow copy, tied modules), or ref log-probs computed with `policy` instead of `ref_policy` inside the
+# inner loop. Or nothing is computed at all: β = 0 with a logger that writes a default 0, or a mask bug that
+# leaves the KL's masked mean empty (a "safe" masked mean returns 0). A reference re-copied from the policy at
 # every rollout would not give a flat 0 but the red sawtooth above: π_old in disguise.
 # </details>
 
@@ -941,9 +985,10 @@ assert abs(shares[3] - 0.5) < 1e-6  # group std: the barely-separated prompt wei
 # same factor: P2 keeps its 9.1% of the update, as with no std at all, and only the overall step changes
 # (×2.814 here; under Adam that mostly cancels, against β·KL it does not). Group normalisation gives P2
 # a factor of 20 and P1 a factor of 2: P2, where the reward separates the samples by 0.1, now weighs as
-# much as P1 with its clean 0-vs-1 signal (50% of Σ|A|). That is GRPO's choice, and useful for binary
-# rewards on hard and easy prompts (notebook 06 §2 measures it on a sparse task); with a noisy graded
-# reward model it amplifies noise. A running std adds one more thing: its value lags the current batch,
+# much as P1 with its clean 0-vs-1 signal (50% of Σ|A|). That is GRPO's choice (notebook 06 §2 measures the
+# share it moves onto groups with one odd reward in a training run). If P2's 0.1 differences were reward-model
+# noise, the same factor of 20 would blow that noise up to full-size advantages (a consequence of the
+# formula; no noisy-reward run here). A running std adds one more thing: its value lags the current batch,
 # so the overall step drifts as the reward distribution changes during training.
 #
 # > **Catalog note: which normaliser up-weights what.**
@@ -992,8 +1037,8 @@ print(f"default max_grad_norm {MAX_GRAD_NORM:g}; grad_norm: {grpo_support.STATS[
 # ### 4.1 The default cap on this toy LM
 #
 # In the fixed trainer the advantages are normalised (bounded by √(G−1), notebook 04 §3.3) and the ratio is
-# clipped, so no single batch can produce a spike. But the cap c = 1 is a number, and whether it acts depends
-# on the model's gradient scale. The pre-clip norms of the β = 0.1 run above:
+# clipped, which leaves few ways for a single batch to produce a spike. But the cap c = 1 is a number, and
+# whether it acts depends on the model's gradient scale. The pre-clip norms of the β = 0.1 run above:
 
 # %%
 norms = nb04_stabilisers.step_norms(beta_runs["0.1"])  # every inner step
@@ -1003,15 +1048,17 @@ print(f"inner steps {len(norms)}, median pre-clip norm {nb04_stabilisers.quantil
       f"steps above max_grad_norm: {above} ({above / len(norms):.3f}), largest shrink factor "
       f"{max(norms) / MAX_GRAD_NORM:.3f}")
 assert above / len(norms) > 0.8 and nb04_stabilisers.quantile(norms, 0.5) > 2 * MAX_GRAD_NORM
+assert (above, len(norms), f"{nb04_stabilisers.quantile(norms, 0.5):.3f}", f"{max(norms):.3f}") == (
+    72, 80, "2.042", "4.861")  # as quoted
 
 # %% [markdown]
 # On this toy LM the default cap sits *below* the typical norm: it clips 72 of the 80 steps (90%), median
 # pre-clip norm 2.042, largest 4.861. By the criterion of the next section that is not a guard but a
 # rescaling of almost every step. Under Adam a uniform rescale mostly cancels (Adam divides by the RMS of
 # the gradients it was given), so B11 changes little here too, but for a different reason than "gradients
-# are small": the cap is simply not selective. (LLM recipes typically use c = 1.0 as well, with pre-clip
-# norms that are mostly below it; the twins keep c = 1 for the same reason the STATS range says a healthy
-# run peaks near 12: the toy's gradient scale is not an LLM's.)
+# are small": the cap is simply not selective. (verl 0.9.1's actor has the same default cap,
+# `actor_rollout_ref.actor.grad_clip: 1.0`. Whether a cap acts depends on the model's gradient scale, as it
+# does here: read the clip rate, not the cap.)
 #
 # ### 4.2 Where it does, and how to pick the cap
 #
@@ -1046,7 +1093,7 @@ assert pick[0.99] < PICKED < 2 * pick[0.99] and sum(n > PICKED for n in healthy)
 # is, c = 1). The reward reported is the clean reward (the fraction of exact sums).
 
 # %%
-GLITCH = dict(glitch_prob=0.005, glitch_size=1000.0, **SHORT)
+GLITCH = dict(glitch_prob=0.005, glitch_size=1000.0, exact_kl=False, **SHORT)  # no KL plotted: skip its forwards
 CAPS = {"0.1": 0.1, "1": 1.0, f"{PICKED:g}": PICKED, "none (B11)": math.inf}
 clip_runs = {label: (nb04_stabilisers.instrumented_run("B11", advantage_fn=centred_advantage, **GLITCH)
                      if math.isinf(c) else
@@ -1084,6 +1131,11 @@ assert rate["0.1"] > 0.95 and rate["1"] > 0.5  # caps below the median clip (alm
 assert reward["none (B11)"] < min(reward[k] for k in CAPS if k != "none (B11)")
 assert all(v[3] > grpo_support.STATS["grad_norm"].hi for k, v in cap_table.items() if k in CAPS)  # spikes
 assert reward["normalised A, c = 1"] > max(reward[k] for k in CAPS)
+cap_rewards = [reward[k] for k in CAPS if k != "none (B11)"]
+assert [f"{rate[k]:.3f}" for k in ("0.1", "1", PICKED_LABEL, "normalised A, c = 1")] == [
+    "1.000", "0.625", "0.375", "0.938"] and f"{cap_table[PICKED_LABEL][1]:.3f}" == "0.350"  # as quoted
+assert [f"{v:.3f}" for v in (reward["none (B11)"], min(cap_rewards), max(cap_rewards), reward[PICKED_LABEL],
+                             reward["normalised A, c = 1"])] == ["0.283", "0.353", "0.383", "0.372", "0.430"]
 
 # %% [markdown]
 # Read the clip rate first. The cap picked from the healthy distribution, c = 3, clips 37.5% of the
@@ -1147,9 +1199,11 @@ for label in ("1", "0.1", PICKED_LABEL):
 # %% [markdown]
 # ### 4.3 Why it matters even with Adam
 #
-# Adam already bounds the size of the step a spike causes; the damage is to its second-moment estimate
-# v, which remembers g² with a half-life of about 693 steps (β₂ = 0.999: ln 0.5 / ln 0.999). The toy:
-# one parameter, gradient 1 at every step except 1000 at step 10, lr = 0.01.
+# Adam bounds the step a spike causes: the spike dominates both moment estimates, so once the bias
+# corrections are near 1 the step is about lr·(1 − β₁)/√(1 − β₂) ≈ 3.2·lr per coordinate, larger than a
+# normal step (lr) but not a giant one. The lasting damage is to the second-moment estimate v, which
+# remembers g² with a half-life of about 693 steps (β₂ = 0.999: ln 0.5 / ln 0.999). The toy: one parameter,
+# gradient 1 at every step except 1000 at step 10, lr = 0.01.
 
 # %%
 def adam_steps_after_spike(spike: float, max_grad_norm: float, *, steps=60, spike_at=10, lr=1e-2):
@@ -1171,25 +1225,71 @@ moves = {label: adam_steps_after_spike(1000.0, c) for label, c in (("clip at 1",
 for label, m in moves.items():
     print(f"{label:9s}: step before {m[9]:.4f}, at spike {m[10]:.4f}, 10 after {m[20]:.4f}, 40 after {m[50]:.4f}, "
           f"total over the 49 steps after {sum(m[11:]):.4f}")
-assert moves["no clip"][10] < moves["no clip"][9]  # the spike step itself is small
+assert moves["no clip"][10] < moves["no clip"][9]  # the spike step itself is small, this early
 assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... the stall after it is not
 
 # %% [markdown]
-# Unclipped, the spike step itself is even *smaller* than normal (0.0048: Adam's bias-corrected v
-# jumps), but every step afterwards shrinks: 0.0018 per step ten steps later and 0.0002 forty steps
-# later, instead of 0.0100. Over the 49 steps after the spike the parameter travels 0.0495 instead of
-# 0.4900, a tenfold stall from one bad gradient. Clipped at 1, the spike is just another gradient of
-# norm 1.
+# Unclipped, the spike step itself is even *smaller* than normal (0.0048), but only because the spike comes
+# this early: at step 10 the bias correction 1/(1 − β₂¹¹) ≈ 91 inflates the spike's share of v̂. Every step
+# afterwards shrinks: 0.0018 per step ten steps later and 0.0002 forty steps later, instead of 0.0100. Over
+# the 49 steps after the spike the parameter travels 0.0495 instead of 0.4900. Clipped at 1, the spike is
+# just another gradient of norm 1.
+#
+# Late in training the bias corrections are near 1 and the picture changes. The same toy with the spike at
+# step 3000, run to step 9000; to keep it fast, Adam's update written out on Python floats (the formula of
+# `torch.optim.Adam`), checked against the run above first:
+
+# %%
+def adam_moves(grads, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8):
+    """|parameter change| per step of Adam on one parameter fed the gradients `grads` (torch.optim.Adam's
+    update: m, v running means of g and g^2, each divided by its bias correction)."""
+    m = v = 0.0
+    out = []
+    for t, g in enumerate(grads, start=1):
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        out.append(lr * (m / (1 - beta1**t)) / (math.sqrt(v / (1 - beta2**t)) + eps))
+    return out
+
+
+early = adam_moves([1.0] * 10 + [1000.0] + [1.0] * 49)
+assert max(abs(a - b) for a, b in zip(early, moves["no clip"], strict=True)) < 1e-6  # the same update
+SPIKE_AT, STEPS = 3000, 9000
+late = adam_moves([1.0] * SPIKE_AT + [1000.0] + [1.0] * (STEPS - SPIKE_AT - 1))  # unclipped; clipped: 0.01 a step
+normal = late[SPIKE_AT - 1]
+after = late[SPIKE_AT + 1 :]
+above = next(i for i, x in enumerate(after) if x < normal)  # steps after the spike still larger than normal
+slow = next(i for i, x in enumerate(after) if x < normal / 2)  # below half speed from here ...
+back = next(i for i, x in enumerate(after) if i > slow and x > normal / 2)  # ... until here
+print(f"spike at step {SPIKE_AT}: normal step {normal:.4f}, spike step {late[SPIKE_AT]:.4f} "
+      f"({late[SPIKE_AT] / normal:.1f}x); the next {above} steps larger than normal")
+print(f"below half speed from {slow + 1} to {back + 1} steps after the spike; slowest {min(after) / normal:.3f}x, "
+      f"{after[999] / normal:.3f}x at 1000 steps after")
+print(f"travel over the 49 steps after the spike {sum(after[:49]):.4f} (clipped: {49 * 0.01:.4f})")
+assert 3 < late[SPIKE_AT] / normal < 3.3 and 5 <= above <= 20 and back > 3000 and max(after[slow:back]) < normal / 2
+assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / normal:.3f} {after[999] / normal:.3f}",
+        above, back + 1) == ("3.1 0.2922 0.033 0.052", 11, 5807)  # as quoted
+
+# %% [markdown]
+# Now the spike step is 3.1 times a normal one, and momentum carries the spike's direction on for the next
+# 11 steps, each still larger than normal: that is where the damage of a *garbage* direction goes. Then v,
+# inflated by g² = 10⁶, throttles the parameter: at 3.3% of its normal speed at the slowest, 5.2% a thousand
+# steps later, and back to half speed only 5807 steps after the spike (printed). Over the 49 steps after it
+# the parameter travels 0.2922 against 0.4900 clipped. Clipping before Adam removes both the momentum
+# carry-over and the stall. (One parameter and a constant gradient: the mechanism, not a measurement of an
+# LLM.)
 #
 # > **You should know.**
 # > - Gradient clipping caps the length of one update's gradient, keeping its direction.
-# > - With normalised advantages and a clipped ratio no single batch spikes; clipping is the backstop for
-# >   spikes (reward outliers without normalisation, the unbounded A < 0 branch of the surrogate,
-# >   numerics). A cap below the typical norm (c = 1 on this toy: 90% of steps) is a rescale, not a guard.
+# > - With normalised advantages and a clipped ratio the fixed twin's runs here show no spike; clipping caps
+# >   whatever does spike (here: reward outliers without normalisation; in principle also the unbounded
+# >   A < 0 branch of the surrogate, or numerics, not shown here). A cap below the typical norm (c = 1 on
+# >   this toy: 90% of steps) is a rescale, not a guard.
 # > - Pick c from the pre-clip norm distribution of a healthy stretch (a high percentile) and log the
 # >   clip rate: a rate far above what the percentile promises is an alarm; a rate near 1 means c has
 # >   become a learning rate under SGD (under Adam the rescale mostly cancels: no longer a guard either way).
-# > - Under Adam a spike's harm is a long stall (inflated second moment), not one giant step.
+# > - Under Adam a spike's step is bounded (about 3·lr late in training, smaller early), then momentum carries
+# >   its direction for about ten steps and the inflated second moment stalls that coordinate for thousands.
 # > - Log the **pre-clip** norm (as `optimizer_step` returns): the post-clip norm is always ≤ c and
 # >   hides the spikes.
 #
@@ -1231,7 +1331,8 @@ assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... t
 # </tr>
 # <tr>
 # <td>gradient clipping c (notebook 04 §4)</td>
-# <td>gradient spikes, and under Adam the long stall after one (0.0495 vs 0.4900 travelled in the toy)</td>
+# <td>gradient spikes, and under Adam the momentum carry-over and long stall after one (late in the toy: back
+# to half speed 5807 steps after the spike)</td>
 # <td>also shortens legitimate large steps; c is read off the pre-clip norms and judged by its clip rate
 # (a rate near 1 turns it into a learning rate under SGD; under Adam mostly cancelled)</td>
 # </tr>
@@ -1258,13 +1359,14 @@ assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... t
 # variate that is negatively correlated with k1 and cancels most of its noise and all of its negative values.
 # </details>
 #
-# 3. Your KL to the reference rises faster than in a β = 0 run while reward falls and entropy
-#    collapses. First thing to check?
+# 3. Your KL to the reference rises faster than in a β = 0 run while reward falls. First thing to check?
 # <details><summary>Answer</summary>
 #
-# The sign of the penalty: `pg_loss - beta * kl`, a negative β from a config, or a k1 penalty written
-# as log π_ref − log π. (Reversing the log-ratio inside k3, B8, does not flip the sign: it only biases
-# the value, so it would not cause this on its own.)
+# The sign of the penalty: `pg_loss - beta * kl`, or a negative β from a config. A k1 term with its sign
+# flipped would do it only in the *reward* (through the score function); in the loss k1's expected gradient
+# is 0 either way. Reversing the log-ratio inside k3 (B8) would not do it either: it changes the value
+# (χ² − KL) and the gradient (½∇χ²), but that gradient still points toward the reference (notebook 04 §2.2);
+# its symptom is gradient-norm spikes, not a runaway KL (notebook 03 §6).
 # </details>
 #
 # 4. You multiply all rewards by 100 in a trainer without advantage normalisation, using Adam. Does the

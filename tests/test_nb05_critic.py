@@ -268,6 +268,52 @@ def test_exact_values_are_the_probability_of_the_one_right_answer():
     assert hits == pytest.approx(probs[1, 1].item(), abs=0.05)
 
 
+def _last_step_probs(policy, tokenizer, prompt, prefix, temperature):
+    """softmax(logits / T) of the next token after prompt + prefix, one unpadded forward. (V,)"""
+    ids = torch.cat([tokenizer([prompt])["input_ids"], torch.tensor([prefix], dtype=torch.long).view(1, -1)], dim=1)
+    with torch.no_grad():
+        return torch.softmax(policy(ids).logits[0, -1].double() / temperature, -1)
+
+
+def test_special_token_bound_sums_the_special_mass_along_the_answers_path():
+    task = grpo_fixed.AdditionTask()
+    policy, _, tokenizer, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)
+    few = ["3+4=", "17+25=", "49+49="]
+    bound = nb05_critic.special_token_bound(policy, tokenizer, few, 0.8)
+    for i, prompt in enumerate(few):
+        answer = tokenizer.encode(nb05_critic.answer(prompt), add_bos=False) + [tokenizer.eos_token_id]
+        manual, on_path = 0.0, 1.0
+        for t, tok in enumerate(answer):
+            p = _last_step_probs(policy, tokenizer, prompt, answer[:t], 0.8)
+            manual += on_path * (p[tokenizer.pad_token_id] + p[tokenizer.bos_token_id]).item()
+            on_path *= p[tok].item()
+        assert bound[i].item() == pytest.approx(manual, rel=1e-4, abs=1e-12)
+    assert (bound >= 0).all() and (bound < 1).all()
+
+
+def test_exact_state_values_follow_the_answer_and_drop_to_zero_after_a_wrong_token():
+    task = grpo_fixed.AdditionTask()
+    policy, _, tokenizer, _, _ = grpo_fixed.setup_run(task, grpo_fixed.make_config(), seed=0)
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    digit = lambda text: tokenizer.encode(text, add_bos=False)  # noqa: E731
+    prompts = ["17+25=", "17+25=", "3+4=", "3+4="]
+    completions = torch.tensor([digit("42") + [eos, pad, pad],  # right
+                                digit("43") + [eos, pad, pad],  # second digit wrong
+                                digit("8") + [eos, pad, pad, pad],  # first digit wrong
+                                digit("7") + [pad, eos, pad, pad]])  # a PAD inside: counted as wrong
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    values = nb05_critic.exact_state_values(policy, tokenizer, prompts, completions, mask, 0.8)  # (4, 5)
+    probs, _ = nb05_critic.exact_outcomes(policy, tokenizer, prompts, 0.8)
+    assert torch.allclose(values[:, 0], probs[:, 1], atol=1e-7)  # V(s_0) = V(x)
+    p4 = _last_step_probs(policy, tokenizer, "17+25=", digit("4"), 0.8)
+    p42 = _last_step_probs(policy, tokenizer, "17+25=", digit("42"), 0.8)
+    assert values[0, 1].item() == pytest.approx((p4[digit("2")[0]] * p42[eos]).item(), rel=1e-4)
+    assert values[0, 2].item() == pytest.approx(p42[eos].item(), rel=1e-4)
+    assert values[1, 1] == values[0, 1] and values[1, 2] == 0  # "4" is right, "43" is not
+    assert values[2, 1] == 0 and values[3, 2] == 0 and values[3, 1] > 0  # wrong digit; PAD after the right "7"
+    assert (values[~mask] == 0).all()
+
+
 def test_critic_prompt_values_start_at_zero_and_follow_the_head():
     task = grpo_fixed.AdditionTask()
     critic, tokenizer = nb05_critic.make_critic(task), grpo_fixed.CharTokenizer(task.alphabet)

@@ -88,7 +88,8 @@ def state_values(critic, prompt_ids, prompt_mask, completions, mask):
 
 
 def batch_scaled(adv, mask, eps: float = 1e-8):
-    """adv / (std of adv over unmasked entries + eps): PPO's scale normalisation without centring."""
+    """adv / (std of adv over unmasked entries + eps): the scale half of PPO's advantage whitening, without its
+    centring (subtracting the batch mean would add a batch-mean baseline to the critic's)."""
     picked = adv[mask.bool()]
     return adv / (picked.std(unbiased=False) + eps)
 
@@ -266,14 +267,59 @@ def answer_logprobs(policy, tokenizer, prompts, temperature):
 
 @torch.no_grad()
 def exact_outcomes(policy, tokenizer, prompts, temperature):
-    """AdditionTask's reward is 1 for exactly one completion (the sum's digits, then EOS) and 0 for every
-    other, so the exact value of a prompt is one sequence probability, V(x) = prod_t pi_T(o*_t | x, o*_<t),
-    and its reward distribution is Bernoulli(V(x)). -> probs (n, 2) = [1 - V, V], rewards (n, 2) = [0, 1]
+    """AdditionTask's reward is 1 for one completion (the sum's digits, then EOS) and 0 for every other, up to
+    PAD and BOS: decoding drops them, so the answer with a PAD or BOS inserted also scores 1 (special_token_bound
+    bounds the probability of those). Without them the value of a prompt is one sequence probability,
+    V(x) = prod_t pi_T(o*_t | x, o*_<t), and its reward distribution is Bernoulli(V(x)).
+    -> probs (n, 2) = [1 - V, V], rewards (n, 2) = [0, 1]
     (the layout baseline_experiment reads: V(x) = sum_k probs[x, k] * rewards[x, k])."""
     logp, _ = answer_logprobs(policy, tokenizer, prompts, temperature)  # (n, T)
     value = logp.sum(1).exp().double()  # (n,)
     probs = torch.stack([1 - value, value], dim=1)  # (n, 2)
     return probs, torch.tensor([[0.0, 1.0]], dtype=torch.float64).expand_as(probs)
+
+
+@torch.no_grad()
+def special_token_bound(policy, tokenizer, prompts, temperature):
+    """An upper bound, per prompt, on the probability exact_outcomes leaves out: completions that hold a PAD or BOS
+    (decoding drops both) and still decode to the answer. Such a completion agrees with the answer's tokens up to
+    its first special token, so its probability is at most
+    sum_t P(o_<t = answer_<t) * P(o_t in {PAD, BOS} | x, answer_<t) over the answer's positions t. -> (n,)"""
+    answers = [tokenizer.encode(answer(p), add_bos=False) + [tokenizer.eos_token_id] for p in prompts]
+    T = max(len(a) for a in answers)
+    completions = torch.tensor([a + [tokenizer.pad_token_id] * (T - len(a)) for a in answers])  # (n, T)
+    mask = torch.tensor([[t < len(a) for t in range(T)] for a in answers])  # (n, T)
+    enc = tokenizer(list(prompts), padding_side="left")
+    policy.eval()
+    logits = grpo_fixed.completion_logits(policy, enc["input_ids"], enc["attention_mask"], completions, mask)
+    logp = torch.log_softmax(logits.double() / temperature, -1)  # (n, T, V)
+    special = logp[..., [tokenizer.pad_token_id, tokenizer.bos_token_id]].exp().sum(-1)  # (n, T)
+    answer_logp = torch.where(mask, logp.gather(-1, completions[..., None]).squeeze(-1), 0.0)  # (n, T)
+    prefix = (answer_logp.cumsum(1) - answer_logp).exp()  # (n, T): P(o_<t = answer_<t)
+    return (prefix * special * mask).sum(1)
+
+
+@torch.no_grad()
+def exact_state_values(policy, tokenizer, prompts, completions, mask, temperature):
+    """Exact V(s_t) of AdditionTask at every state of sampled completions (s_t = prompt + completions[:, :t]): the
+    chance that the rest comes out as the answer, prod_{u >= t} pi_T(o*_u | x, o*_<u), while completions[:, :t] is
+    the answer's prefix, and 0 once it is not (a wrong token cannot be undone). PAD and BOS are treated as wrong
+    tokens (special_token_bound bounds what that leaves out). completions, mask (n, T) -> (n, T) float64, 0 where
+    masked."""
+    answer_logp, answer_mask = answer_logprobs(policy, tokenizer, prompts, temperature)  # (n, Ta)
+    n, Ta = answer_logp.shape
+    T = completions.shape[1]
+    answer_ids = torch.full((n, max(T, Ta)), -1)  # (n, max(T, Ta)): -1 matches no token
+    for i, p in enumerate(prompts):
+        ids = tokenizer.encode(answer(p), add_bos=False) + [tokenizer.eos_token_id]
+        answer_ids[i, : len(ids)] = torch.tensor(ids)
+    suffix = torch.zeros(n, max(T, Ta), dtype=torch.float64)  # (n, .): sum_{u >= t} log pi(o*_u), 0 past the answer
+    suffix[:, :Ta] = answer_logp.double().flip(1).cumsum(1).flip(1)
+    agrees = (completions == answer_ids[:, :T]).long()  # (n, T)
+    on_track = torch.ones(n, T, dtype=torch.bool)  # (n, T): completions[:, :t] is the answer's prefix
+    on_track[:, 1:] = torch.cumprod(agrees[:, :-1], 1).bool()
+    reachable = on_track & (answer_ids[:, :T] >= 0)  # (n, T): a state inside the answer
+    return torch.where(reachable & mask.bool(), suffix[:, :T].exp(), 0.0)
 
 
 @torch.no_grad()

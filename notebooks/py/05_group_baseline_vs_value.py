@@ -179,6 +179,8 @@ assert spread["group mean"] < 1e-12 and spread["RLOO"] < 1e-12  # a(v) = kappa (
 assert abs(slopes["group mean"][0] - (G4 - 1) / G4) < 1e-12 and abs(slopes["RLOO"][0] - 1) < 1e-12
 assert slopes["std-normalised"][0] > 2 * slopes["std-normalised"][-1]  # not a line: the expected direction is off
 assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
+assert [f"{x:.2f}" for x in slopes["std-normalised"]] == ["3.04", "2.04", "1.16"]  # prose
+assert f"{cosines['std-normalised']:.4f}" == "0.9925"  # prose
 
 # %% [markdown]
 # A line in $v$ has the same slope between every pair of neighbouring levels. For the group mean and RLOO the
@@ -226,11 +228,14 @@ assert 0.99 < cosines["std-normalised"] < 1 - 1e-3  # a few degrees off grad V
 # * `critic`: GAE with $\gamma=1$, one advantage per token (written below);
 # * `none`: $A_i = r_i$ (REINFORCE, no baseline).
 #
-# `critic` and `none` divide by the batch std of their advantages (PPO's normalisation, *without*
-# centring, so the baseline is the critic's alone). The critic (`ValueModel`) is a second TinyLM loaded from
-# the same SFT checkpoint, with a zero-initialised scalar head on its last hidden state in place of the
-# vocabulary projection: $V_\phi = 0$ everywhere at the start. Real PPO for LLMs does the same at full size: a
-# value model as large as the policy, initialised from the reward model or the SFT model.
+# `critic` and `none` divide by the batch std of their advantages and do *not* subtract the batch mean. PPO
+# implementations usually whiten, which does both: verl 0.9.1's `compute_gae_advantage_return` ends with
+# `masked_whiten(advantages, response_mask)` (`verl/trainer/ppo/core_algos.py`), mean and variance over the batch's
+# response tokens. We keep only the scale, so that the baseline stays the critic's alone (centring would add a
+# batch-mean baseline on top) and `none` stays a run without any baseline. The critic (`ValueModel`) is a
+# second TinyLM loaded from the same SFT checkpoint, with a zero-initialised scalar head on its last hidden state
+# in place of the vocabulary projection: $V_\phi = 0$ everywhere at the start. Real PPO for LLMs does the same at
+# full size: a value model as large as the policy, initialised from the reward model or the SFT model.
 # `grpo_fixed.completion_logits` already returns the output at the state $s_t$ (prompt plus the first $t$
 # completion tokens, with the padded batch's attention mask and positions) where token $t$ is chosen, so
 # $V_\phi(s_t)$ needs no new alignment code. The critic's code is the next three cells; the harness runs it as
@@ -357,8 +362,8 @@ print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in fin
 #
 # **Question.** How good an estimate of $V(x)$ is each baseline, as a function of $G$?
 #
-# On AdditionTask every value is computable exactly: the reward is 1 for exactly one completion (the digits of
-# $a+b$, then EOS) and 0 for every other, so the value of a prompt is one sequence probability,
+# On AdditionTask every value is computable: the reward is 1 for one completion (the digits of $a+b$, then EOS)
+# and 0 for every other, so the value of a prompt is one sequence probability,
 # $V(x) = \prod_t \pi_T(o^*_t \mid x, o^*_{<t})$ under the sampling distribution $\text{softmax}(\text{logits}/T)$,
 # and its reward is Bernoulli($V(x)$), with variance $\sigma^2(x) = V(1-V)$. One forward pass over the 2500
 # prompts with their answers gives all of them (`answer_logprobs`, `exact_outcomes`). We take the critic run's
@@ -366,7 +371,8 @@ print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in fin
 # $\times$ $G$ from the exact reward distribution. To measure each baseline's bias *per prompt* we need many
 # groups of every prompt, so the experiment draws from 50 of the 2500 prompts (a seeded random subset). The
 # error of the advantage is $\hat A_i - A^*_i = V(x) - b_i$, so we report $\mathbb{E}[(b_i - V(x))^2]$, split
-# into the squared per-prompt bias and the variance.
+# into the squared per-prompt bias and the variance. (One caveat to "one completion", measured in the cell after
+# next: the reward reads the decoded text, and decoding drops PAD and BOS.)
 
 # %%
 policy20, critic20 = snapshots["critic"][SNAPSHOT]
@@ -386,11 +392,43 @@ print(f"the 50-prompt subset: V(x) mean {value.mean():.3f}, min {value.min():.3f
 critic_error = critic_value - value  # (50,)
 lag = critic_error.mean()
 corr = torch.corrcoef(torch.stack([value, critic_value]))[0, 1]
-print(f"critic V_phi(s_0): mean error {lag:+.4f} (lag), corr with V {corr:.3f}, MSE {critic_error.pow(2).mean():.4f}"
+print(f"critic V_phi(s_0): mean error {lag:+.4f}, corr with V {corr:.3f}, MSE {critic_error.pow(2).mean():.4f}"
       f" = lag^2 {lag**2:.4f} + rest {critic_error.var(unbiased=False):.4f}")
 assert torch.allclose(probs.sum(1), torch.ones(50, dtype=probs.dtype)) and torch.equal(probs, all_probs[subset])
 assert torch.allclose(sigma2, value * (1 - value))  # Bernoulli
 assert critic_error.var(unbiased=False) > 5 * lag**2  # most of the critic's error is per prompt, not lag
+
+# %% [markdown]
+# **PAD and BOS.** The policy samples from the whole vocabulary, PAD and BOS included, and `rollout` decodes with
+# `skip_special_tokens=True`, so the answer with a PAD or BOS inserted also scores 1, and $V(x)$ above leaves those
+# completions out. How much: one completion of every prompt from the iteration-20 policy and from the SFT model
+# (where every run starts, notebook 05 §6.1), the special tokens among them counted, and an upper bound on the
+# probability $V(x)$ leaves out (`special_token_bound`: the chance of drawing PAD or BOS while still on the
+# answer's path, summed over its positions). Notebook 05 §4 and §6.5 reuse these completions.
+
+# %%
+enc = tokenizer(every, padding_side="left")
+sft_model = grpo_fixed.TinyLM.from_pretrained(task.checkpoint).eval()  # the SFT checkpoint: iteration 0
+samples, left_out = {}, {}
+for name, model in (("iteration 20", policy20), ("SFT model", sft_model)):
+    with torch.no_grad():
+        samples[name] = grpo_fixed.generate(model, tokenizer, enc["input_ids"], enc["attention_mask"],
+                                            task.max_completion_length, T_SAMPLE,
+                                            torch.Generator().manual_seed(0))  # completions, mask, ... (2500, T)
+    completions, mask = samples[name][:2]
+    special = torch.isin(completions, torch.tensor([tokenizer.pad_token_id, tokenizer.bos_token_id])) & mask
+    left_out[name] = nb05_critic.special_token_bound(model, tokenizer, every, T_SAMPLE)  # (2500,)
+    print(f"{name:12s}: PAD or BOS sampled {int(special.sum())} times among {int(mask.sum())} completion tokens; "
+          f"probability V(x) leaves out <= {left_out[name].max():.4f} on any prompt "
+          f"({left_out[name].mean():.4f} on average)")
+    assert special.sum() == 0 and left_out[name].max() < 0.01
+assert [f"{left_out[name].max():.4f}" for name in samples] == ["0.0085", "0.0018"]  # prose
+assert f"{left_out['iteration 20'].mean():.4f}" == "0.0008"  # prose
+
+# %% [markdown]
+# Neither model drew a PAD or BOS in its 2500 completions, and the probability $V(x)$ leaves out is at most 0.0085
+# on any prompt at iteration 20 (0.0008 on average) and 0.0018 for the SFT model: "one completion" holds up to
+# that, an error in $V(x)$ whose square (below $10^{-4}$) is far below the baselines' errors measured next.
 
 # %% [markdown]
 # The baselines compared: none, the group mean and leave-one-out (notebook 05 §1), the critic's $V_\phi(s_0)$,
@@ -492,10 +530,10 @@ assert all(abs(x - q) < 6e-4 if name == "corr" else abs(x - q) < 6e-5 for name, 
 #
 # * **group mean** follows $\mathbb{E}_x\sigma^2(x)/G$ (last column): pure variance, no bias.
 #   **Leave-one-out** has variance $\sigma^2/(G-1)$, larger at small $G$, but no correlation with $r_i$.
-# * **critic** is flat in $G$: its error is bias. The cell before splits it: its mean error (the *lag* behind
-#   a policy that keeps improving) is small, $-0.0244$; most of it is per prompt: $V_\phi(s_0)$ correlates only
-#   0.462 with the exact $V(x)$, the critic has not learned which sums this policy gets right. From $G = 7$ on,
-#   the group mean is the better baseline here.
+# * **critic** is flat in $G$: its error is bias. The first cell of this section splits it: its mean error (where
+#   a lag behind a policy that keeps improving would show) is small, $-0.0244$; most of it is per prompt:
+#   $V_\phi(s_0)$ correlates only 0.462 with the exact $V(x)$, the critic has not learned which sums this policy
+#   gets right. From $G = 7$ on, the group mean is the better baseline here.
 # * **no baseline** is flat at $\mathbb{E}[V^2]$: the advantage carries the whole value of the prompt.
 # * **B9** averages a row of $B=16$ consecutive rewards. Where $B$ divides $G$ a row lies inside one group
 #   and the bias is zero: at $G = 16 = B$ a row *is* one group, at $G = 32$ it is half of one (no bias, the
@@ -577,9 +615,9 @@ plt.show()
 # **Question.** Does the baseline matter for learning speed on the toy task?
 #
 # The three runs of notebook 05 §2. One seed each: a gap between two curves is not evidence about the methods
-# without more seeds. Right: the fraction of the group run's groups with zero reward variance; it stays low,
-# since the SFT model gets every prompt right about 3 times in 10 (notebook 05 §6.1), and would rise as
-# prompts get solved.
+# without more seeds. Right: the fraction of the group run's groups with zero reward variance; it stays low
+# (printed below), since the SFT model gets every prompt right about 3 times in 10 (notebook 05 §6.1), and would
+# rise as prompts get solved.
 
 # %%
 fig, (ax_r, ax_z) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
@@ -594,22 +632,75 @@ start = {name: sum(s["reward"] for s in h[:5]) / 5 for name, h in runs.items()}
 spread = max(final.values()) - min(final.values())
 print(f"mean of the first 5 iterations: {', '.join(f'{k} {v:.3f}' for k, v in start.items())}; "
       f"the last-10 means span {spread:.3f}")
+zero = [s["zero_var_groups"] for s in runs["group"]]
+print(f"group run, zero-variance groups: mean {sum(zero) / len(zero):.3f}, max {max(zero):.3f}")
 ev = [s["explained_variance"] for s in runs["critic"]]
 print(f"critic explained variance: mean {sum(ev) / len(ev):.3f}, max {max(ev):.3f}")
 assert all(final[name] > start[name] + 0.05 for name in runs)  # all three learn
 assert spread < 0.04  # within one seed's noise of each other
+assert max(zero) < 0.3  # prose: stays low
 assert abs(sum(ev) / len(ev)) < 0.1 and max(ev) < 0.1  # the critic explains about nothing
 
 # %% [markdown]
 # All three runs learn, and on this seed they end within 0.04 of each other (mean of the last 10
-# iterations), no baseline included: a baseline changes the *variance* of the gradient, not its expectation,
-# and 30 short iterations of one seed cannot resolve a difference in variance (REINFORCE with rewards
-# in $\{0, 1\}$ is unbiased too). The critic's explained variance (1 = it predicts every realised return up to
-# one constant offset, 0 = no better than the best constant, < 0 = worse than it) hovers around 0, never
-# above 0.1: with Bernoulli rewards of $p \approx 0.3$-$0.5$ most of a return's variance is the coin flip,
-# which no $V(s_t)$ can predict, and the policy moves under the critic. Explained variance is blind to a
-# constant offset, so a critic that lags behind the policy by a fixed amount does not show here; its mean
-# error in notebook 05 §3 does.
+# iterations), no baseline included. The runs differ in more than the baseline, though: `group` divides each
+# group by its own std (a per-prompt weight, $c(p, G)$ of notebook 05 §6.3), `critic` divides its per-token
+# advantages by one batch std and `none` its rewards by another, so their expected updates differ too, by
+# per-prompt weights and a batch-level scale. A baseline that depends only on the state changes the *variance*
+# of the gradient, not its expectation (REINFORCE with rewards in $\{0, 1\}$ is unbiased up to that batch
+# scale), and 30 short iterations of one seed resolve neither kind of difference.
+#
+# The critic's explained variance (1 = it predicts every realised return up to one constant offset, 0 = no
+# better than the best constant, < 0 = worse than it) hovers around 0, never above 0.1. Is that all a value
+# function can do on a coin-flip reward? The exact values answer it: `exact_state_values` gives $V(s_t)$ at every
+# state of the completions sampled in notebook 05 §3 (the chance the rest comes out right while the prefix is the
+# answer's, 0 after a wrong token). With $\lambda = 1$ every token's return is the reward $r$; explained variance
+# of those returns by the exact values and by the iteration-20 critic, over all states, at the prompt state
+# $s_0$ only, and at the later ones:
+
+# %%
+critic_steps = SNAPSHOT * grpo_fixed.make_config(**RUN).inner_epochs * grpo_fixed.make_config(**RUN).minibatches
+scored = {}  # (model, values) -> explained variance over (all, s_0, later) states
+for name, model in (("SFT model", sft_model), ("iteration 20", policy20)):
+    completions, mask = samples[name][:2]  # (2500, T) each
+    r = task.reward(every, tokenizer.batch_decode(completions, skip_special_tokens=True)).double()  # (2500,)
+    returns = r[:, None].expand(mask.shape)  # (2500, T): lambda = 1, gamma = 1
+    first = mask & (torch.arange(mask.shape[1]) == 0)  # (2500, T): s_0, the prompt state
+    values = {"exact V(s_t)": nb05_critic.exact_state_values(model, tokenizer, every, completions, mask, T_SAMPLE)}
+    if name == "iteration 20":
+        with torch.no_grad():
+            values["critic V_phi(s_t)"] = nb05_critic.state_values(critic20, enc["input_ids"], enc["attention_mask"],
+                                                                   completions, mask).double()  # (2500, T)
+        exact20, critic_v, mask20, returns20 = values["exact V(s_t)"], values["critic V_phi(s_t)"], mask, returns
+    for kind, v in values.items():
+        scored[name, kind] = [explained_variance(v, returns, m) for m in (mask, first, mask & ~first)]
+print(f"{'explained variance of the return':45s}   all states   s_0   later states")
+for (name, kind), (every_state, at_s0, later) in scored.items():
+    print(f"{name + ', ' + kind:45s}   {every_state:10.3f}  {at_s0:5.3f}  {later:12.3f}")
+wrong = mask20 & (exact20 == 0) & (returns20 == 0)  # (2500, T): states after a wrong token, value exactly 0
+sq_error = (critic_v - exact20).pow(2)  # (2500, T)
+wrong_share = (sq_error[wrong].sum() / sq_error[mask20].sum()).item()
+print(f"iteration-20 critic after {critic_steps} optimizer steps: on the {int(wrong.sum())} states after a wrong "
+      f"token (exact value 0) it predicts {critic_v[wrong].mean():.2f} on average, {wrong_share:.0%} of its squared "
+      f"error against the exact values; std of its values {critic_v[mask20].std():.2f}, of the exact ones "
+      f"{exact20[mask20].std():.2f}")
+exact_sft, exact_20, critic_ev = scored["SFT model", "exact V(s_t)"], scored["iteration 20", "exact V(s_t)"], \
+    scored["iteration 20", "critic V_phi(s_t)"]
+assert [f"{x:.3f}" for x in exact_sft[:2]] == ["0.405", "0.017"] and [f"{x:.3f}" for x in exact_20[:2]] == [
+    "0.555", "0.237"]  # prose
+assert critic_ev[0] < 0.1 < exact_sft[0] / 3 and exact_sft[2] > exact_sft[0] > exact_sft[1]  # later states settle it
+assert f"{critic_v[wrong].mean():.2f}" == "0.50" and f"{wrong_share:.0%}" == "44%" and critic_steps == 80  # prose
+assert f"{critic_v[mask20].std():.2f}" == "0.10" and f"{exact20[mask20].std():.2f}" == "0.37"  # prose
+
+# %% [markdown]
+# The near-zero score is the critic's, not the task's. At the prompt state the outcome is mostly the coin flip: the
+# exact $V(x)$ explains 0.017 of the return variance on the SFT model's samples (0.237 at iteration 20, where the
+# prompts' values spread further). But each generated digit settles much of it (a wrong digit makes the value
+# exactly 0), so over all states the exact values explain 0.405 and 0.555. The iteration-20 critic, after 80
+# optimizer steps, scores near 0 on the same samples: on states after a wrong token, whose value is 0, it predicts
+# 0.50 on average (44% of its squared error), and its values barely vary (std 0.10 against the exact values'
+# 0.37). It has not learned what a mistake does. Explained variance is also blind to a constant offset, so a
+# critic that lags behind the policy by a fixed amount does not show here; its mean error in notebook 05 §3 does.
 #
 # ## 5. Compute and memory per iteration
 #
@@ -1058,9 +1149,9 @@ plt.show()
 # sampled completion the exact value of the state after $t$ tokens is $V(s_t) = \prod_{u \ge t}
 # \pi_T(o^*_u \mid x, o^*_{<u})$ (the chance the rest comes out right) while the prefix $o_{<t}$ is the answer's,
 # and 0 once it is not (no way back); `answer_logprobs` gives the factors. The true advantage of token $t$ is
-# $V(s_{t+1}) - V(s_t)$ (with $V(s_L) = r$). We sample one completion of every prompt from the iteration-20
-# policy and take a *near miss* (a wrong answer whose first digit is right) on the prompt the policy answers
-# right most often.
+# $V(s_{t+1}) - V(s_t)$ (with $V(s_L) = r$). From the one completion of every prompt that notebook 05 §3 sampled
+# from the iteration-20 policy we take a *near miss* (a wrong answer whose first digit is right) on the prompt
+# the policy answers right most often.
 
 # %%
 def exact_prefix_values(answer_logprobs, answer_ids, completion, reward):
@@ -1073,11 +1164,7 @@ def exact_prefix_values(answer_logprobs, answer_ids, completion, reward):
     return torch.stack([*out, torch.tensor(float(reward))])
 
 
-enc = tokenizer(every, padding_side="left")
-with torch.no_grad():
-    sampled, smask, slogp, _ = grpo_fixed.generate(policy20, tokenizer, enc["input_ids"], enc["attention_mask"],
-                                                   task.max_completion_length, T_SAMPLE,
-                                                   torch.Generator().manual_seed(0))  # (2500, T) each
+sampled, smask, slogp, _ = samples["iteration 20"]  # (2500, T) each: one completion per prompt (notebook 05 §3)
 texts = tokenizer.batch_decode(sampled, skip_special_tokens=True)
 answers = [nb05_critic.answer(x) for x in every]
 ans_logp, ans_mask = nb05_critic.answer_logprobs(policy20, tokenizer, every, T_SAMPLE)  # (2500, Ta)
@@ -1101,6 +1188,7 @@ for t in range(L):
     print(f"{t:2d}  {shown[t]:>5s}  {v_exact[t]:12.4f}  {true_adv[t]:+8.4f}   {grpo_adv:+17.4f}  {v_critic[0, t]:10.4f}"
           f"  {critic_adv[1.0][t]:+19.4f}  {critic_adv[0.0][t]:+8.4f}")
 assert abs(v_exact[0] - all_probs[i, 1]) < 1e-5  # V(s_0) = V(x) of notebook 05 §3
+assert torch.allclose(v_exact[:-1].double(), exact20[i, :L], atol=1e-6)  # the batched values of notebook 05 §4
 assert true_adv[0] > 0 > grpo_adv and true_adv[1] < 0 and (true_adv[2:] == 0).all()  # right digit pushed down
 assert critic_adv[1.0][0] < 0  # lambda = 1: r - V_phi(s_0), the same sign as GRPO's
 assert (every[i], texts[i]) == ("24+10=", "33")  # prose
@@ -1241,8 +1329,8 @@ assert final["critic"] > final["group"] and errors[8]["critic"]["mse"] > errors[
 # | tuning | nothing to warm up | critic learning rate, $\lambda$, warm-up |
 #
 # The critic run finished higher on this one seed while its baseline was the less accurate one at
-# iteration 20; the runs follow different trajectories, and one seed says nothing about which method learns
-# faster in general.
+# iteration 20; the runs follow different trajectories, scale their advantages differently (notebook 05 §4), and
+# one seed says nothing about which method learns faster in general.
 
 # %% [markdown]
 # ## 8. Self-check

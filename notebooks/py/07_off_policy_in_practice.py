@@ -32,11 +32,11 @@
 # 3. **Effective sample size** of the importance weights, the one statistic that places both on one scale
 #    (read as 1 − ESS), logged per iteration like the twins' own statistics.
 #
-# Each section gives the switch's name in TRL and in verl, quoted from the file and commit we read, and
-# ends with a catalog-style note: symptom, the statistic that shows it, the fix. The code being taught
-# (the truncated weight, the corrected loss, the ESS) is in the cells below; `workbook/nb07_off_policy.py` only
-# swaps functions of a fresh `grpo_fixed` copy (`swap.fixed_with`), runs and caches the training runs,
-# enumerates completions and draws.
+# Each section gives the switch's name in TRL 1.16.0 and verl 0.9.1 (the versions of notebook 06, read from
+# their PyPI wheels), quoted from the file it lives in, and ends with a catalog-style note: symptom, the
+# statistic that shows it, the fix. The code being taught (the truncated weight, the corrected loss, the ESS) is
+# in the cells below; `workbook/nb07_off_policy.py` only swaps functions of a fresh `grpo_fixed` copy
+# (`swap.fixed_with`), runs and caches the training runs, enumerates completions and draws.
 
 # %%
 import logging
@@ -59,7 +59,7 @@ logging.getLogger("grpo").setLevel(logging.ERROR)  # the mismatch runs fail a he
 started = time.perf_counter()
 task = grpo_fixed.AdditionTask()
 tokenizer = grpo_fixed.CharTokenizer(task.alphabet)
-CAP = 2.0  # truncation C of the importance weights: verl's default rollout_is_threshold (quoted in notebook 07 §1)
+CAP = 2.0  # truncation C of the weights: verl 0.9.1's default rollout_is_threshold (quoted in notebook 07 §1)
 print(f"every training run: the SFT model on AdditionTask, {nb07_off_policy.SHORT['steps']} iterations of "
       f"{nb07_off_policy.SHORT['prompts_per_batch']} prompts x "
       f"{grpo_fixed.Config.group_size} samples; truncation C = {CAP}")
@@ -73,9 +73,9 @@ print(f"every training run: the SFT model on AdditionTask, {nb07_off_policy.SHOR
 #
 # **Key equations.** With logits z and temperature T, the trainer's policy is p = softmax(z/T) and the
 # sampler's is q = softmax(round(z)/T). (Our sampler rounds only the final logits; the weights and the
-# rest of the forward pass stay float32. A real engine runs the whole forward pass in bfloat16, so its
-# mismatch is larger than the one measured here.) At ρ = 1 the clipped surrogate's gradient is the plain
-# policy gradient, but averaged over the samples the batch actually holds:
+# rest of the forward pass stay float32. A real engine runs the whole forward pass in lower precision, with
+# kernels of its own, so its mismatch has more sources than the one simulated here.) At ρ = 1 the clipped
+# surrogate's gradient is the plain policy gradient, but averaged over the samples the batch actually holds:
 #
 # $$\underbrace{\mathbb{E}_{y\sim q}\big[A(y)\,\nabla\log p(y)\big]}_{\text{what the update estimates}}
 # \;\neq\; \underbrace{\mathbb{E}_{y\sim p}\big[A(y)\,\nabla\log p(y)\big]}_{\text{the policy gradient}}
@@ -90,31 +90,35 @@ print(f"every training run: the SFT model on AdditionTask, {nb07_off_policy.SHOR
 # L = -\operatorname{mean}_t\, w_t \min\big(\rho_t A,\
 # \operatorname{clip}(\rho_t, 1-\varepsilon, 1+\varepsilon) A\big).$$
 #
-# **The switches** (each quoted from the file we read; option names move between versions, so check yours):
+# **The switches** (each quoted from the file of the version named; option names move between versions, so
+# check yours):
 #
 # <table>
 # <tr><th>framework, file read</th><th>switch</th><th>what it does, in its own words</th></tr>
-# <tr><td>TRL, <code>trl/trainer/grpo_config.py</code> at commit <code>006d32c</code> (main branch; it cites
-# papers from February 2026; the <code>VERSION</code> file is not stored at that commit)</td>
+# <tr><td>TRL 1.16.0, <code>trl/trainer/grpo_config.py</code></td>
 # <td><code>vllm_importance_sampling_correction</code> (default <code>True</code>),
 # <code>vllm_importance_sampling_mode</code> (default <code>"sequence_mask"</code>; also
 # <code>"token_truncate"</code>, <code>"token_mask"</code>, <code>"sequence_truncate"</code>),
-# <code>vllm_importance_sampling_cap</code> (default <code>3.0</code>)</td>
+# <code>vllm_importance_sampling_clip_max</code> (default <code>3.0</code>) and
+# <code>vllm_importance_sampling_clip_min</code> (default <code>None</code>); they replace
+# <code>vllm_importance_sampling_cap</code>, deprecated since 1.6.0</td>
 # <td>"Whether to apply Importance Sampling (IS) to correct for the mismatch between vLLM completion logprobs
 # and recomputed training logprobs"; "For <code>*_truncate</code> modes, importance ratios are clipped from
-# above at C. For <code>*_mask</code> modes, ratios larger than C are set to zero." (The docstring still calls
-# <code>"token_truncate"</code> the default; the field's default is <code>"sequence_mask"</code>.)</td></tr>
-# <tr><td>verl, <code>docs/algo/rollout_corr.md</code> at commit <code>b54386e</code></td>
-# <td><code>algorithm.rollout_correction.rollout_is</code> (<code>token</code>, <code>sequence</code> or null),
-# <code>algorithm.rollout_correction.rollout_is_threshold</code> (default <code>2.0</code>), with
-# <code>actor_rollout_ref.rollout.calculate_log_probs: true</code> ("REQUIRED")</td>
-# <td>"Truncates IS weights via <code>.clamp(max=rollout_is_threshold)</code> (TIS: Truncated Importance
-# Sampling)"; token level, decoupled mode: "ρ_t = π_old(t)/π_rollout(t)"</td></tr>
-# <tr><td>verl, older: <code>verl/trainer/config/_generated_ppo_trainer.yaml</code> at commit
-# <code>b2df6f8</code></td>
-# <td><code>actor_rollout_ref.actor.tis_imp_ratio_cap: -1</code> (−1: off)</td>
-# <td>removed since: "The old <code>tis_imp_ratio_cap</code> parameter is completely removed"
-# (<code>docs/advance/rollout_is_migration.md</code> at commit <code>87759e5</code>)</td></tr>
+# above at C_max. For <code>*_mask</code> modes, ratios larger than C_max are set to zero." The ratio is
+# exp(old − sampling log-probs), per token or summed over the sequence (<code>grpo_trainer.py</code>). (The
+# docstring still calls <code>"token_truncate"</code> the default; the field's default is
+# <code>"sequence_mask"</code>.)</td></tr>
+# <tr><td>verl 0.9.1, <code>verl/trainer/config/algorithm/rollout_correction.yaml</code>,
+# <code>RolloutCorrectionConfig</code> in <code>verl/trainer/config/algorithm.py</code>,
+# <code>verl/trainer/ppo/rollout_corr_helper.py</code></td>
+# <td><code>algorithm.rollout_correction.rollout_is</code> (<code>token</code>, <code>sequence</code>, or
+# <code>null</code>, the YAML's default: no weights), <code>algorithm.rollout_correction.rollout_is_threshold</code>
+# (default <code>2.0</code>); the rollout's log-probs come from
+# <code>actor_rollout_ref.rollout.calculate_log_probs</code> (default <code>true</code>)</td>
+# <td>"token": "Per-token IS weights (low variance, biased)"; "sequence": "Per-sequence IS weights (unbiased, high
+# variance)"; the weight is exp(old_log_prob − rollout_log_prob), truncated by
+# <code>.clamp(max=rollout_is_threshold_upper)</code>. (The older <code>actor.tis_imp_ratio_cap</code> no longer
+# exists in 0.9.1.)</td></tr>
 # </table>
 #
 # **Tiny input.** Five logits, scaled by s to make the policy sharper, rounded to each precision. The
@@ -378,13 +382,14 @@ print("token-level bias left, as a fraction of the uncorrected: "
       + ", ".join(f"{name} {share:.2f}" for name, share in token_share.items()))
 assert f"{bias['bfloat16']['uncorrected']:.1%}" == "0.6%" and f"{bias['float8_e4m3fn']['uncorrected']:.1%}" == "10.9%"
 assert all(0.4 < share < 0.7 for share in token_share.values())
+assert [f"{share:.2f}" for share in token_share.values()] == ["0.67", "0.45", "0.44"]  # prose
 assert all(b[f"token TIS C={CAP:g}"] == b["token IS (no cap)"] and b["sequence IS (no cap)"] < 1e-6
            for b in bias.values())
 
 # %% [markdown]
 # On the trained policy the uncorrected update is off by 0.6% of its length with a bfloat16 sampler
-# and by 10.9% with float8. Token-level weights remove a third to a half of it (0.44 to 0.67 is left), and
-# no more:
+# and by 10.9% with float8. Token-level weights leave 0.44 to 0.67 of it (they remove a third to a little over
+# a half), and no more:
 # the sequence's advantage is credited to every token, but each token is reweighted only for its own
 # draw, not for the draws of the prefix it continues or of the suffix that decides the reward. The
 # sequence-level weight p(y)/q(y) removes the bias completely (it is the exact importance weight, and
@@ -463,9 +468,10 @@ plt.show()
 # give it little room to compound. The mismatch does not grow here: the SFT model is already sharp, and
 # bfloat16's KL per token is 1.6e-05 at the first iteration and 1.5e-05 over the last 10 (right figure).
 # The collapses reported for this
-# mismatch (verl's documentation cites "When Speed Kills Stability: Demystifying RL Collapse from the
-# Training-Inference Mismatch", whose third part is titled "Toxic Tails and Length Traps") involve long
-# completions and large vocabularies, where rare tokens get weights far from 1; a toy with 15 tokens and
+# mismatch (verl 0.9.1's `RolloutCorrectionConfig` docstring cites Liu, Li et al. 2025, "When Speed Kills
+# Stability: Demystifying RL Collapse from the Training-Inference Mismatch", whose summary points at
+# low-probability tokens, where the mismatch is most severe) involve large models and long agentic completions,
+# where rare tokens get weights far from 1; a toy with 15 tokens and
 # completions of at most 5 cannot reach that regime, so here we measure the mismatch rather than show a
 # collapse.
 #
@@ -476,17 +482,19 @@ plt.show()
 # >   extremes. bfloat16 here: about 10⁻⁵ nats per token and single tokens 2.5% off; the weights spread
 # >   further as the logits grow (a sharper policy).
 # > - TIS multiplies each token's loss by min(p/q, C). Token-level weights are biased for sequence
-# >   rewards (they left a quarter to a third of the bias above); sequence-level weights are unbiased,
+# >   rewards (they left 0.44 to 0.67 of the bias above); sequence-level weights are unbiased,
 # >   with a variance that grows with the length. C trades the remaining bias against variance, and a
 # >   C below the weights that carry the signal undoes the correction.
 #
 # **Catalog note.** *Symptom:* training drifts or collapses only with the fast inference engine, or after
 # changing its precision, while the ratio at the first step is exactly 1. *Statistic:* KL(π_sampler ‖
 # π_trainer) per token (k3 of log w) and max |log w| on the sampled tokens (the twins' `logprob_gap`).
-# *Fix:* correct with truncated importance sampling (TRL `vllm_importance_sampling_correction`, verl
-# `rollout_correction.rollout_is`), and reduce the mismatch at the source: compute the logits in float32
-# (TRL's `cast_lm_head_to_fp32`, same `grpo_config.py`: "Whether to cast the language modeling head of the
-# policy and reference models to float32").
+# *Fix:* correct with truncated importance sampling (TRL 1.16.0 `vllm_importance_sampling_correction` with
+# `vllm_importance_sampling_clip_max`, verl 0.9.1 `algorithm.rollout_correction.rollout_is` with
+# `rollout_is_threshold`), and reduce the mismatch at the source: compute the logits in float32 (TRL 1.16.0's
+# `cast_lm_head_to_fp32`, same `grpo_config.py`: "Whether to cast the language modeling head of the policy and
+# reference models to float32", for models whose head is not tied to the embeddings). In this notebook's
+# sampler, which rounds only the logits, that removes the mismatch entirely (the float32 rows).
 
 # %% [markdown]
 # ## 2. Stale rollouts
@@ -512,27 +520,36 @@ plt.show()
 #
 # <table>
 # <tr><th>framework, file read</th><th>switch</th><th>what it does, in its own words</th></tr>
-# <tr><td>verl, <code>docs/advance/fully_async.md</code> at commit <code>ca44f95</code> (dated 12/25/2025),
-# the fully async recipe</td>
-# <td><code>async_training.staleness_threshold</code>, <code>async_training.trigger_parameter_sync_step</code>,
-# <code>async_training.use_rollout_log_probs</code>, <code>async_training.compute_prox_log_prob</code>
-# (experimental)</td>
-# <td>staleness_threshold: "the maximum proportion of stale samples allowed to be used" (0: synchronous);
-# use_rollout_log_probs: "In the fully async strategy, we default to old_log_prob being calculated by rollout
-# rather than by trainer" (our behaviour anchor); compute_prox_log_prob, with rollout importance sampling,
-# "approximates Areal's Decoupled PPO" (our reading: the current anchor + IS)</td></tr>
-# <tr><td>verl, <code>docs/algo/rollout_corr.md</code> at commit <code>b54386e</code></td>
-# <td><code>algorithm.rollout_correction.bypass_mode</code> (named <code>bypass_old_logprob_for_rollout</code>
-# in <code>docs/advance/rollout_corr.md</code> at <code>0fe72c5</code>)</td>
-# <td>bypass: "Two policies (π_rollout = π_old, π_θ) using actual rollout policy as PPO anchor"; decoupled
-# (false): "Three policies (π_rollout, π_old, π_θ) with IS correction from π_rollout to π_old"</td></tr>
-# <tr><td>TRL, <code>trl/trainer/grpo_config.py</code> at commit <code>006d32c</code></td>
+# <tr><td>verl 0.9.1, the fully async recipe:
+# <code>verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml</code></td>
+# <td><code>async_training.staleness_threshold</code> (0.1 there),
+# <code>async_training.trigger_parameter_sync_step</code> (4 there),
+# <code>actor_rollout_ref.actor.use_rollout_log_probs: True</code>,
+# <code>algorithm.rollout_correction.bypass_mode: True</code></td>
+# <td>staleness_threshold: "Maximum samples staleness threshold": the rollouter produces up to
+# required_samples × (staleness_threshold + 1) × trigger_parameter_sync_step samples per weight sync
+# (<code>fully_async_rollouter.py</code>); use_rollout_log_probs: "Must use rollout log probs for training"; so
+# the recipe's π_old is the sampler's: our behaviour anchor</td></tr>
+# <tr><td>verl 0.9.1, <code>RolloutCorrectionConfig</code> in <code>verl/trainer/config/algorithm.py</code></td>
+# <td><code>algorithm.rollout_correction.bypass_mode</code> (default <code>false</code> in
+# <code>rollout_correction.yaml</code>)</td>
+# <td>true: "Bypass mode - reuse rollout_log_prob as old_log_prob (2 policies)" (the behaviour anchor); false:
+# "Decoupled mode - compute old_log_prob separately (3 policies) Uses standard PPO loss with IS weight
+# correction" (current + TIS, when π_old is recomputed with the trainer's current weights; the fully async
+# trainer recomputes it with the "first version model params", those of the last weight sync:
+# <code>_compute_old_log_prob</code> in <code>fully_async_trainer.py</code>)</td></tr>
+# <tr><td>TRL 1.16.0, <code>trl/trainer/grpo_config.py</code></td>
 # <td><code>steps_per_generation</code>, <code>num_iterations</code></td>
 # <td><code>num_iterations</code>: "Number of iterations per batch (denoted as μ in the algorithm)" (their μ
 # is a count, not our behaviour policy);
 # <code>steps_per_generation</code>: "Number of steps per generation": one generation batch feeds several
-# optimizer steps, so the later ones train on samples from an older policy. We found no
-# asynchronous-generation switch in that file.</td></tr>
+# optimizer steps, so the later ones train on samples from an older policy (π_old is then the trainer's
+# log-probs of the generating policy, computed at generation time)</td></tr>
+# <tr><td>TRL 1.16.0, <code>trl/experimental/async_grpo/async_grpo_config.py</code></td>
+# <td><code>AsyncGRPOConfig.max_staleness</code> (default <code>4</code>)</td>
+# <td>"Maximum number of weight update steps a rollout sample can lag behind the current model version before
+# being discarded"; its loss takes the ratio against the generator's "sampled logprobs"
+# (<code>old_log_probs</code>, <code>async_grpo_trainer.py</code>): the behaviour anchor</td></tr>
 # </table>
 #
 # **Tiny input.** One token with A = +1 whose probability the current policy has already raised to 1.3 ×
@@ -693,8 +710,9 @@ assert f"{drop_k4:.3f}" == "0.056" and drop_k4 < seed_spread  # the k = 4 drop i
 # > **You should know.**
 # > - A stale batch has three policies: the sampler μ (k updates old), the current π_cur (the trainer,
 # >   before this batch), and π_θ (being updated). The clip belongs to π_cur: it limits how far *this
-# >   update* moves. Anchoring it at μ (verl's bypass mode, or a trainer that trusts the sampler's
-# >   log-probs as π_old) spends the trust region on the k updates the data missed.
+# >   update* moves. Anchoring it at μ (verl 0.9.1's bypass mode, which its fully async recipe turns on;
+# >   TRL 1.16.0's experimental async GRPO; any trainer that trusts the sampler's log-probs as π_old) spends
+# >   the trust region on the k updates the data missed.
 # > - Recomputing π_old with the trainer makes ρ = 1 at the first step again; then the data's
 # >   distribution is corrected separately by min(π_cur/μ, C) (decoupled PPO).
 # > - Measure staleness by its effect, not its count: the first-step |ρ − 1| under the behaviour anchor,
@@ -703,9 +721,10 @@ assert f"{drop_k4:.3f}" == "0.056" and drop_k4 < seed_spread  # the k = 4 drop i
 # **Catalog note.** *Symptom:* turning on asynchronous rollouts (or more steps per generation) makes
 # learning slower while the clip fraction rises. *Statistic:* the clip fraction against its on-policy
 # value, max |ρ − 1| at the first inner step with π_old = the sampler's log-probs, the ESS of
-# π_trainer/π_sampler. *Fix:* anchor the clip at the current policy (recompute π_old: verl
-# `async_training.compute_prox_log_prob`, `algorithm.rollout_correction.bypass_mode: false`), correct with truncated
-# IS from the sampler, and bound the staleness (verl `async_training.staleness_threshold`).
+# π_trainer/π_sampler. *Fix:* anchor the clip at the current policy (recompute π_old with the trainer: verl
+# 0.9.1 `algorithm.rollout_correction.bypass_mode: false`, which its fully async recipe sets to true), correct
+# with truncated IS from the sampler (verl `algorithm.rollout_correction.rollout_is`), and bound the staleness
+# (verl `async_training.staleness_threshold`, TRL 1.16.0's experimental `AsyncGRPOConfig.max_staleness`).
 
 # %% [markdown]
 # ## 3. Effective sample size
@@ -757,6 +776,8 @@ for sigma in (0.1, 0.5, 1.0, 1.5):
     print(f"{sigma:5.1f} | {ess(w):6.4f} {math.exp(-sigma**2):9.4f} | {ess(w.clamp(max=CAP)):8.4f} "
           f"{w.clamp(max=CAP).mean():11.4f}")
     assert abs(ess(w) - math.exp(-sigma**2)) < 0.02 and ess(w.clamp(max=CAP)) >= ess(w)
+    if sigma == 1.0:
+        assert (f"{ess(w):.2f}", f"{ess(w.clamp(max=CAP)):.2f}") == ("0.37", "0.63")  # quoted in notebook 07 §3
 tokens = torch.stack([lognormal_weights(0.5, seed=seed) for seed in range(4)])  # (4, n): 4 tokens per sequence
 sequence_ess, token_ess = ess(tokens.prod(0)), ess(tokens.flatten())
 print(f"sigma 0.5, 4 tokens: token-level ESS {token_ess:.4f} (exp(-0.25) = {math.exp(-0.25):.4f}), "
@@ -867,6 +888,42 @@ print("(1 - ESS) / (2 mismatch_kl): " + ", ".join(f"{label} {v:.2f}" for label, 
                                                     if label in ("sampler bfloat16", "sampler float8",
                                                                  "k=2, current", "k=4, current")))
 assert all(abs(ratio_to_2kl[label] - 1) < 0.05 for label in ("sampler bfloat16", "sampler float8"))
+
+
+def ess_kl_factors(run):
+    """(1 - ESS) / (2 mismatch_kl), means over iterations, as a product of two factors: chi^2 / (2 KL), the shape of
+    the weights, and (1 - ESS) / chi^2, per iteration exactly 1 / (1 + chi^2), with chi^2 = 1 / ESS - 1 = CV^2(w)
+    each iteration's sample chi^2 (notebook 07 §3's identity). -> (chi^2 / (2 KL), (1 - ESS) / chi^2, mean chi^2)"""
+    h = run["history"]
+    chi2 = mean(1 / s["ess"] - 1 for s in h)
+    return chi2 / (2 * mean(s["mismatch_kl"] for s in h)), mean(1 - s["ess"] for s in h) / chi2, chi2
+
+
+def below_one_share(run):
+    """Shares of sum (w - 1)^2 (the chi^2 terms) and of sum 2 (w - 1 - log w) (the 2 KL terms) held by tokens with
+    w < 1, pooled over a run's iterations, and the smallest weight."""
+    log_w = torch.cat(run["log_w"]).double()
+    w = log_w.exp()
+    chi, two_kl, low = (w - 1) ** 2, 2 * (w - 1 - log_w), w < 1
+    return (chi[low].sum() / chi.sum()).item(), (two_kl[low].sum() / two_kl.sum()).item(), w.min().item()
+
+
+factors = {label: ess_kl_factors(all_runs[label]) for label in ("sampler bfloat16", "sampler float8", "k=2, current",
+                                                                  "k=4, current", "k=4, behaviour")}
+print(f"{'run':18s} | (1 - ESS)/(2 KL) = chi^2/(2 KL) x (1 - ESS)/chi^2 | mean chi^2 | w < 1 share of: chi^2  2 KL"
+      f"   min w")
+shares = {}
+for label, (shape, saturation, chi2) in factors.items():
+    shares[label] = below_one_share(all_runs[label])
+    print(f"{label:18s} | {ratio_to_2kl[label]:16.3f} = {shape:13.3f} x {saturation:13.3f} | {chi2:10.2e} | "
+          f"{shares[label][0]:21.2f} {shares[label][1]:5.2f}   {shares[label][2]:.3f}")
+    assert abs(shape * saturation - ratio_to_2kl[label]) < 1e-9  # the identity
+    assert 1 / (1 + 2 * chi2) < saturation < 1  # each iteration's 1 / (1 + chi^2) < 1
+fmt3 = {label: [f"{x:.3f}" for x in f[:2]] for label, f in factors.items()}
+assert fmt3["k=4, current"] == ["0.965", "0.858"] and fmt3["k=2, current"] == ["0.955", "0.927"]  # prose
+assert fmt3["k=4, behaviour"] == ["1.280", "0.731"]  # prose
+assert [f"{x:.2f}" for x in shares["k=4, current"][:2]] == ["0.34", "0.68"]  # prose
+assert f"{factors['k=4, current'][2]:.2f}" == "0.13" and f"{shares['k=4, current'][2]:.3f}" == "0.009"  # prose
 assert ratio_to_2kl["k=2, current"] < 0.9 and ratio_to_2kl["k=4, current"] < 0.85
 assert [f"{ratio_to_2kl[f'k={k}, current']:.2f}" for k in K_VALUES[1:]] == ["0.89", "0.83"]
 assert all(summary[f"sampler {label}"]["ess_min"] >= 0.98 for label in mismatch_runs)
@@ -878,8 +935,18 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 
 # %% [markdown]
 # The two statistics divide the work. While the mismatch is small, 1 − ESS ≈ 2·mismatch_kl, the
-# χ² ≈ 2·KL of nearby distributions: within 5% for bfloat16 (2.98e-05 against 2 × 1.49e-05) and float8;
-# for stale rollouts the weights' tail breaks the approximation (0.89 at k = 2, 0.83 at k = 4). On the ESS
+# χ² ≈ 2·KL of nearby distributions: within 5% for bfloat16 (2.98e-05 against 2 × 1.49e-05) and float8.
+# For stale rollouts the ratio falls to 0.885 at k = 2 and 0.828 at k = 4 (current anchor), and the table splits
+# it exactly into two factors. The second, (1 − ESS)/χ², is 1/(1 + χ²) on each iteration, with χ² = 1/ESS − 1 =
+# CV²(w) the batch's own (the identity of the key equation): 1 − ESS = χ²/(1 + χ²) saturates as χ² grows, and at
+# k = 4 this accounts for most of the shortfall (0.858, with χ² averaging 0.13). The first, χ²/(2·KL), is the
+# shape of the weights. Per token, 2(w − 1 − log w) exceeds (w − 1)² exactly when w < 1 (their difference has
+# derivative −2(√w − 1/√w)² ≤ 0 and vanishes at w = 1), so χ² < 2·KL needs the weights below 1 to carry the
+# divergence: at k = 4 the tokens the current policy now likes less than the sampler did (down to w = 0.009)
+# hold 0.68 of 2·KL but only 0.34 of χ², and the large weights nearly balance them (0.965). With the behaviour
+# anchor the large weights win (1.280), so its ratio (0.935) stays nearer 1 although its χ² is larger.
+#
+# On the ESS
 # scale a numerics mismatch is small (every sampler run stays at 0.98 or above, inside the row's range)
 # while staleness is not: iterations below ESS = 0.9 number none of 20 at k = 0 (the float32 row), 1 to 4
 # at k = 2 and 8 to 11 at k = 4 (across the three anchors). The mismatch_kl bound flags float8 in every
@@ -888,19 +955,25 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 # 1 − ESS on a log scale (left figure) and one number places both sources: each precision and each k sits
 # at its own level.
 #
-# verl logs the same statistic: `rollout_is_eff_sample_size`, "Formula: `1 / mean(weights²)` where weights
-# are normalized", range 0 to 1, "Ideal value: > 0.5", "Warning: < 0.3" (`docs/advance/rollout_corr.md` at
-# commit `0fe72c5`). With weights normalised to mean 1 that is our formula. Our row's bound (0.9) is a
-# choice, stricter than verl's: here it separates k = 0 (no iteration below) from k = 2 (1 to 4) and
-# k = 4 (8 or more).
+# verl 0.9.1 logs a statistic of the same form, `rollout_corr/rollout_is_eff_sample_size` (`compute_is_metrics`
+# in `verl/trainer/ppo/rollout_corr_helper.py`): 1/mean(w̃²) with w̃ = w/mean(w), which is our (Σw)²/(n Σw²), but
+# of the weights it applies, clamped at `rollout_is_threshold` (its comment: "Compute Effective Sample Size (ESS)
+# for truncated weights"), and only when `rollout_is` is set. Truncation raises the ESS (the log-normal table
+# above: 0.37 raw, 0.63 truncated at C = 2, for σ = 1), so on a batch with heavy weights verl's number is not
+# ours. Its raw-weight diagnostic is `rollout_corr/chi2_token` = mean(ρ²) − 1, which equals our 1/ESS − 1 when
+# the raw weights average 1. Our row's bound (0.9) is a choice: here it separates k = 0 (no iteration below)
+# from k = 2 (1 to 4) and k = 4 (8 or more).
 # With the clip at the current policy none of these runs lost reward measurably (notebook 07 §2), so
 # the bound flags drift, not damage.
 #
 # > **You should know.**
 # > - ESS = (Σw)² / (n Σw²) = 1 / (1 + CV²(w)): the fraction of the batch the weighted estimate is worth.
-# >   In expectation 1 / (1 + χ²(π_trainer ‖ π_sampler)); for small mismatches 1 − ESS ≈ 2·KL.
+# >   In expectation 1 / (1 + χ²(π_trainer ‖ π_sampler)); for small mismatches 1 − ESS ≈ 2·KL. Exactly,
+# >   1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), so a large mismatch sits below 2·KL; χ² itself
+# >   falls below 2·KL only when the weights below 1 carry most of the divergence.
 # > - Truncating the weights at C raises the ESS and biases the weighted mean downwards; the ESS of the
-# >   truncated weights flatters a batch, so log the ESS of the raw weights.
+# >   truncated weights flatters a batch, so log the ESS of the raw weights (verl 0.9.1's
+# >   `rollout_is_eff_sample_size` is of the truncated weights, its `chi2_token` of the raw ones).
 # > - Token-level ESS is what is logged here; a sequence-level weight (the product over tokens) has an
 # >   ESS that falls with the length (e^{−Tσ²} in the log-normal model: 0.37 for four tokens at σ = 0.5,
 # >   against 0.78 per token), the variance price of its unbiasedness (notebook 07 §1).
@@ -908,7 +981,8 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 # **Catalog note.** *Symptom:* after a change to the rollout setup (inference engine, its precision,
 # asynchronous workers, more steps per generation), learning changes and nothing in the loss explains
 # it. *Statistic:* ESS of π_trainer/π_sampler on the sampled tokens, every iteration (as `ess` above;
-# verl `rollout_is_eff_sample_size`), read as 1 − ESS on a log scale, with the mismatch KL beside it.
+# verl 0.9.1 `rollout_corr/chi2_token` for the raw weights), read as 1 − ESS on a log scale, with the mismatch
+# KL beside it.
 # *Fix:* trace the source: a flat, tiny 1 − ESS that moved with the engine's precision is notebook 07 §1
 # (truncated IS, float32 logits); one that grows with the staleness is notebook 07 §2 (anchor the clip at the
 # current policy, bound the staleness until the ESS stays above the row's bound).

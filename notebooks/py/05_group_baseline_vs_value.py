@@ -741,8 +741,9 @@ assert extra == {("critic", "forward"): (1, N), ("critic", "forward+backward"): 
 # run 4 minibatch forward+backward passes of the policy (2 inner epochs $\times$ 2 minibatches = 2 full-batch
 # equivalents). The critic adds 1 forward over the batch (values for GAE) and 4 minibatch forward+backward
 # passes, and almost doubles the floats held for parameters, gradients and Adam state.
-# In an LLM the critic is usually as large as the policy: that is the memory GRPO saves. GRPO pays instead
-# with $G$ samples per prompt (generation is the expensive part of LLM RL), and PPO could use $G=1$.
+# In PPO for LLMs the critic is typically as large as the policy: that is the memory GRPO saves. GRPO pays
+# instead with $G$ samples per prompt (generation typically takes most of the time of LLM RL), and PPO could use
+# $G=1$.
 # Timing on this 2-core CPU machine (not compared by the tests):
 
 # %%

@@ -64,7 +64,6 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)*(?:e-?\d+)?")
 NOT_FROM_THE_SECTION = {  # card id -> the numbers it quotes from elsewhere, and where from
     "eps-role": {"1e-8"},  # the twins' default eps (group_advantage's signature)
-    "grad-clip-adam": {"3.2"},  # lr (1 - beta1) / sqrt(1 - beta2) at Adam's defaults, arithmetic
     "gspo": {"3e-4"},  # the GSPO paper's clip ranges
 }
 

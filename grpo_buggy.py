@@ -20,7 +20,6 @@ Run this file with python: [--steps 70] [--seed 0] [--json] [--<any Config field
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -105,7 +104,7 @@ def setup_run(task, cfg, seed):
         policy = TinyLM(TinyLMConfig(tokenizer.vocab_size, dropout=cfg.dropout))
     else:
         policy = TinyLM.from_pretrained(task.checkpoint, dropout=cfg.dropout)
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    ref_policy = policy  # the SFT model the policy starts from
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     return policy, ref_policy, tokenizer, optimizer, torch.Generator().manual_seed(seed)
 
@@ -126,32 +125,37 @@ def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
 
 @torch.no_grad()
 def generate(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator=None):
-    """Sample completions of left-padded prompts token by token from softmax(logits / temperature) until EOS,
-    with a key-value cache. prompt_ids, prompt_mask (N, P) -> completions (N, T), PAD after the first EOS;
-    mask (N, T), True up to and including the first EOS; sampler_logprobs (N, T), log-prob of each drawn token
-    under the distribution it was drawn from; entropy (N, T) of that distribution."""
-    N = prompt_ids.shape[0]
-    attention_mask = prompt_mask.long()  # (N, P + t): grows by one column per token
-    out = policy(prompt_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                 use_cache=True)
-    done = torch.zeros(N, dtype=torch.bool)
-    tokens, masks, logprobs, entropies = [], [], [], []
+    """Sample max_new_tokens tokens after each left-padded prompt from softmax(logits / temperature), with a
+    key-value cache. prompt_ids, prompt_mask (N, P) -> completions (N, T), with whatever was sampled after the
+    first EOS left in place; mask (N, T), True up to and including the first EOS; sampler_logprobs (N, T), the
+    log-prob of each drawn token under the distribution it was drawn from; entropy (N, T) of that distribution."""
+    attention_mask = prompt_mask.long()  # (N, P + t): one more column per sampled token
+    out = policy(prompt_ids, position_ids=position_ids(attention_mask), use_cache=True)
+    tokens, logprobs, entropies = [], [], []
     for _ in range(max_new_tokens):
         logits = out.logits[:, -1] / temperature  # (N, V)
         nxt = sample_from_logits(logits, 1, generator=generator).squeeze(-1)  # (N,)
-        nxt = torch.where(done, tokenizer.pad_token_id, nxt)
-        masks.append(~done)
         logp = torch.log_softmax(logits, dim=-1)  # (N, V)
         logprobs.append(logp.gather(1, nxt[:, None]).squeeze(1))  # (N,)
         entropies.append(-(logp.exp() * logp).sum(-1))  # (N,)
         tokens.append(nxt)
-        done = done | (nxt == tokenizer.eos_token_id)
-        attention_mask = torch.cat([attention_mask, masks[-1].long()[:, None]], dim=1)
-        out = policy(nxt[:, None], attention_mask=attention_mask,
-                     position_ids=position_ids(attention_mask)[:, -1:], past_key_values=out.past_key_values,
-                     use_cache=True)
-    stack = lambda xs: torch.stack(xs, dim=1)  # noqa: E731
-    return stack(tokens), stack(masks), stack(logprobs), stack(entropies)
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        out = policy(nxt[:, None], position_ids=position_ids(attention_mask)[:, -1:],
+                     past_key_values=out.past_key_values, use_cache=True)
+    completions = torch.stack(tokens, dim=1)  # (N, T)
+    mask = completion_mask(completions, tokenizer.eos_token_id)  # (N, T)
+    return completions, mask, torch.stack(logprobs, dim=1), torch.stack(entropies, dim=1)
+
+
+def completion_mask(completions, eos_id):
+    """True on each completion token up to and including its first EOS. completions (N, T) -> (N, T) bool."""
+    is_eos = (completions == eos_id).long()  # (N, T)
+    return is_eos.cumsum(dim=1) == 0
+
+
+def decode_completions(tokenizer, completions, mask):
+    """The text of each completion: its tokens up to the first EOS, special tokens dropped. -> N strings."""
+    return tokenizer.batch_decode(completions, skip_special_tokens=True)
 
 
 # ---- 3. Advantage (2. Score is the task's reward, called in rollout below) -----------------------
@@ -179,12 +183,18 @@ def token_logprobs(logits, tokens):
     return torch.log(probs).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def sequence_inputs(prompt_ids, prompt_mask, completions, mask):
+    """Prompt and completion as one left-padded batch for the model's forward: input_ids, attention_mask and
+    position_ids, each (N, P+T); completion tokens after the first EOS are hidden like padding."""
+    input_ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
+    attention_mask = torch.cat([prompt_mask.long(), mask.long()], dim=1)  # (N, P+T)
+    return dict(input_ids=input_ids, attention_mask=attention_mask)
+
+
 def completion_logits(policy, prompt_ids, prompt_mask, completions, mask):
     """The policy's logits for every completion token, with the padded batch's attention mask and positions:
     row t scores completions[:, t]. prompt_ids, prompt_mask (N, P); completions, mask (N, T) -> (N, T, V)."""
-    input_ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
-    attention_mask = torch.cat([prompt_mask.long(), mask.long()], dim=1)  # (N, P+T)
-    logits = policy(input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)).logits
+    logits = policy(**sequence_inputs(prompt_ids, prompt_mask, completions, mask)).logits  # (N, P+T, V)
     T = completions.shape[1]
     return logits[:, -T:]
 
@@ -195,17 +205,22 @@ def policy_logprobs(policy, prompt_ids, prompt_mask, completions, mask, temperat
     return token_logprobs(logits, completions)
 
 
+def repeat_prompts(prompts, group_size):
+    """Each prompt group_size times in a row, the layout batch_advantages groups by: [p0]*G + [p1]*G + ..."""
+    return prompts * group_size
+
+
 @torch.no_grad()
 def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
     """Steps 1-4 for one batch: B prompts x G samples, rewards, advantages, cached old and ref log-probs."""
     policy.eval()
     prompts = check_prompts(task.prompts(cfg.prompts_per_batch, generator), cfg.prompts_per_batch)
-    prompts = [p for p in prompts for _ in range(cfg.group_size)]  # N = B*G: G copies of each prompt
+    prompts = repeat_prompts(prompts, cfg.group_size)  # N = B*G
     encoded = tokenizer(prompts, padding_side="left")
     prompt_ids, prompt_mask = encoded["input_ids"], encoded["attention_mask"]  # (N, P)
     completions, mask, sampler_logprobs, entropy = generate(
         policy, tokenizer, prompt_ids, prompt_mask, task.max_completion_length, cfg.temperature, generator)
-    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    texts = decode_completions(tokenizer, completions, mask)
     rewards = check_task_rewards(task.reward(prompts, texts), len(prompts))  # (N,)
     batch = dict(prompts=prompts, texts=texts, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                  completions=completions, mask=mask, rewards=rewards, sampler_logprobs=sampler_logprobs,
@@ -214,7 +229,7 @@ def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
     cached = (prompt_ids, prompt_mask, completions, mask, cfg.temperature)
     batch["old_logprobs"] = policy_logprobs(policy, *cached)  # (N, T)
     batch["ref_logprobs"] = policy_logprobs(ref_policy, *cached)  # (N, T)
-    return batch, rollout_stats(batch, cfg.group_size)
+    return batch, rollout_stats(batch, cfg.group_size, tokenizer)
 
 
 # ---- 5. Loss -------------------------------------------------------------------------------------

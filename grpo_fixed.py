@@ -20,7 +20,7 @@ Run this file with python: [--steps 70] [--seed 0] [--json] [--<any Config field
 
 from __future__ import annotations
 
-import copy
+import copy  # FIX B16: the reference must be a frozen copy of the starting policy
 import logging  # HEALTH: failed health checks are logged
 import math
 import sys  # HEALTH: preflight probes this module by default
@@ -110,7 +110,7 @@ def setup_run(task, cfg, seed):
         policy = TinyLM(TinyLMConfig(tokenizer.vocab_size, dropout=cfg.dropout))
     else:
         policy = TinyLM.from_pretrained(task.checkpoint, dropout=cfg.dropout)
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)  # FIX B16: frozen; the policy itself moves
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     return policy, ref_policy, tokenizer, optimizer, torch.Generator().manual_seed(seed)
 
@@ -131,32 +131,41 @@ def sample_from_logits(logits, num_samples: int = 1, *, generator=None):
 
 @torch.no_grad()
 def generate(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator=None):
-    """Sample completions of left-padded prompts token by token from softmax(logits / temperature) until EOS,
-    with a key-value cache. prompt_ids, prompt_mask (N, P) -> completions (N, T), PAD after the first EOS;
-    mask (N, T), True up to and including the first EOS; sampler_logprobs (N, T), log-prob of each drawn token
-    under the distribution it was drawn from; entropy (N, T) of that distribution."""
-    N = prompt_ids.shape[0]
-    attention_mask = prompt_mask.long()  # (N, P + t): grows by one column per token
-    out = policy(prompt_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                 use_cache=True)
-    done = torch.zeros(N, dtype=torch.bool)
-    tokens, masks, logprobs, entropies = [], [], [], []
+    """Sample max_new_tokens tokens after each left-padded prompt from softmax(logits / temperature), with a
+    key-value cache. prompt_ids, prompt_mask (N, P) -> completions (N, T), with whatever was sampled after the
+    first EOS left in place; mask (N, T), True up to and including the first EOS; sampler_logprobs (N, T), the
+    log-prob of each drawn token under the distribution it was drawn from; entropy (N, T) of that distribution."""
+    attention_mask = prompt_mask.long()  # (N, P + t): one more column per sampled token
+    out = policy(prompt_ids, attention_mask=attention_mask,  # FIX B13: else the sampler attends to padding
+                 position_ids=position_ids(attention_mask), use_cache=True)
+    tokens, logprobs, entropies = [], [], []
     for _ in range(max_new_tokens):
         logits = out.logits[:, -1] / temperature  # (N, V)
         nxt = sample_from_logits(logits, 1, generator=generator).squeeze(-1)  # (N,)
-        nxt = torch.where(done, tokenizer.pad_token_id, nxt)
-        masks.append(~done)
         logp = torch.log_softmax(logits, dim=-1)  # (N, V)
         logprobs.append(logp.gather(1, nxt[:, None]).squeeze(1))  # (N,)
         entropies.append(-(logp.exp() * logp).sum(-1))  # (N,)
         tokens.append(nxt)
-        done = done | (nxt == tokenizer.eos_token_id)
-        attention_mask = torch.cat([attention_mask, masks[-1].long()[:, None]], dim=1)
-        out = policy(nxt[:, None], attention_mask=attention_mask,
-                     position_ids=position_ids(attention_mask)[:, -1:], past_key_values=out.past_key_values,
-                     use_cache=True)
-    stack = lambda xs: torch.stack(xs, dim=1)  # noqa: E731
-    return stack(tokens), stack(masks), stack(logprobs), stack(entropies)
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        out = policy(nxt[:, None], attention_mask=attention_mask,  # FIX B13: (same, at every step)
+                     position_ids=position_ids(attention_mask)[:, -1:],
+                     past_key_values=out.past_key_values, use_cache=True)
+    completions = torch.stack(tokens, dim=1)  # (N, T)
+    mask = completion_mask(completions, tokenizer.eos_token_id)  # (N, T)
+    return completions, mask, torch.stack(logprobs, dim=1), torch.stack(entropies, dim=1)
+
+
+def completion_mask(completions, eos_id):
+    """True on each completion token up to and including its first EOS. completions (N, T) -> (N, T) bool."""
+    is_eos = (completions == eos_id).long()  # (N, T)
+    eos_before = is_eos.cumsum(dim=1) - is_eos  # FIX B14: count EOS strictly before t, so the first EOS is in
+    return eos_before == 0
+
+
+def decode_completions(tokenizer, completions, mask):
+    """The text of each completion: its tokens up to the first EOS, special tokens dropped. -> N strings."""
+    kept = completions.masked_fill(~mask, tokenizer.pad_token_id)  # FIX B17: what follows EOS is not the answer
+    return tokenizer.batch_decode(kept, skip_special_tokens=True)
 
 
 # ---- 3. Advantage (2. Score is the task's reward, called in rollout below) -----------------------
@@ -194,12 +203,19 @@ def token_logprobs(logits, tokens):
     return logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def sequence_inputs(prompt_ids, prompt_mask, completions, mask):
+    """Prompt and completion as one left-padded batch for the model's forward: input_ids, attention_mask and
+    position_ids, each (N, P+T); completion tokens after the first EOS are hidden like padding."""
+    input_ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
+    attention_mask = torch.cat([prompt_mask.long(), mask.long()], dim=1)  # (N, P+T)
+    return dict(input_ids=input_ids, attention_mask=attention_mask,
+                position_ids=position_ids(attention_mask))  # FIX B12: count real tokens from 0 in every row
+
+
 def completion_logits(policy, prompt_ids, prompt_mask, completions, mask):
     """The policy's logits for every completion token, with the padded batch's attention mask and positions:
     row t scores completions[:, t]. prompt_ids, prompt_mask (N, P); completions, mask (N, T) -> (N, T, V)."""
-    input_ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
-    attention_mask = torch.cat([prompt_mask.long(), mask.long()], dim=1)  # (N, P+T)
-    logits = policy(input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)).logits
+    logits = policy(**sequence_inputs(prompt_ids, prompt_mask, completions, mask)).logits  # (N, P+T, V)
     T = completions.shape[1]
     return logits[:, -T - 1 : -1]  # FIX B6: the logit at position l predicts token l+1, so shift by one
 
@@ -211,17 +227,22 @@ def policy_logprobs(policy, prompt_ids, prompt_mask, completions, mask, temperat
     return token_logprobs(logits, completions)
 
 
+def repeat_prompts(prompts, group_size):
+    """Each prompt group_size times in a row, the layout batch_advantages groups by: [p0]*G + [p1]*G + ..."""
+    return [p for p in prompts for _ in range(group_size)]  # FIX B15: a group is G samples of one prompt
+
+
 @torch.no_grad()
 def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
     """Steps 1-4 for one batch: B prompts x G samples, rewards, advantages, cached old and ref log-probs."""
     policy.eval()
     prompts = check_prompts(task.prompts(cfg.prompts_per_batch, generator), cfg.prompts_per_batch)
-    prompts = [p for p in prompts for _ in range(cfg.group_size)]  # N = B*G: G copies of each prompt
+    prompts = repeat_prompts(prompts, cfg.group_size)  # N = B*G
     encoded = tokenizer(prompts, padding_side="left")
     prompt_ids, prompt_mask = encoded["input_ids"], encoded["attention_mask"]  # (N, P)
     completions, mask, sampler_logprobs, entropy = generate(
         policy, tokenizer, prompt_ids, prompt_mask, task.max_completion_length, cfg.temperature, generator)
-    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    texts = decode_completions(tokenizer, completions, mask)
     rewards = check_task_rewards(task.reward(prompts, texts), len(prompts))  # (N,)
     batch = dict(prompts=prompts, texts=texts, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                  completions=completions, mask=mask, rewards=rewards, sampler_logprobs=sampler_logprobs,
@@ -230,7 +251,7 @@ def rollout(policy, ref_policy, tokenizer, task, cfg, generator):
     cached = (prompt_ids, prompt_mask, completions, mask, cfg.temperature)
     batch["old_logprobs"] = policy_logprobs(policy, *cached)  # (N, T)
     batch["ref_logprobs"] = policy_logprobs(ref_policy, *cached)  # (N, T)
-    return batch, rollout_stats(batch, cfg.group_size)
+    return batch, rollout_stats(batch, cfg.group_size, tokenizer)
 
 
 # ---- 5. Loss -------------------------------------------------------------------------------------
@@ -339,6 +360,11 @@ HEALTH_CHECKS = {
     "advantages finite": lambda s, cfg: in_range(s, "adv_nonfinite"),
     "advantages centred per group": lambda s, cfg: in_range(s, "adv_group_mean"),
     "training log-probs match the sampler": lambda s, cfg: in_range(s, "logprob_gap"),
+    "each group holds one prompt": lambda s, cfg: in_range(s, "mixed_groups"),
+    "masks end at the first EOS": lambda s, cfg: in_range(s, "mask_eos_mismatch"),
+    "reward text stops at EOS": lambda s, cfg: in_range(s, "text_mismatch"),
+    "reference frozen, not the live policy": lambda s, cfg: in_range(s, "ref_gap") or s.get("iteration") == 0
+    or cfg.lr == 0,
     "ratio == 1 at the first inner step": lambda s, cfg: in_range(s, "ratio_first_maxdev"),
     "ratio moves after updates": lambda s, cfg: in_range(s, "ratio_last_maxdev")
     or cfg.inner_epochs * cfg.minibatches == 1 or cfg.lr == 0 or s["zero_var_groups"] == 1,
@@ -365,6 +391,9 @@ KL_TOL = 0.05
 is 0.75 here: 0.05 / (0.75 / sqrt(20000)) = 9.5); the reversed estimator (B8) is off by 5"""
 GRAD_TOL = 1e-4
 """slack on the gradient probes (float32 rounding)"""
+GAP_TOL = 1e-4
+"""max |sampler - trainer log-prob| in the padding probes: float32 rounding of the KV-cache path, below 1e-6 on
+seeds 0-19, against at least 0.07 for each of B6, B10, B12 and B13 (tests/test_health.py)"""
 
 
 def preflight(module=None, seed=0):
@@ -394,11 +423,40 @@ def preflight(module=None, seed=0):
     estimate = m.kl_to_reference(pi[tokens][None], ref[tokens][None], torch.ones(1, PROBE_DRAWS, dtype=torch.bool))
     if abs(estimate.item() - (pi.exp() * (pi - ref)).sum().item()) > KL_TOL:
         failures.append("KL estimator is unbiased for KL(pi || ref)")
+    if not m.completion_mask(torch.tensor([[5, 2, 7, 2]]), 2).equal(torch.tensor([[True, True, False, False]])):
+        failures.append("completion mask covers the first EOS and nothing after it")
+    if m.repeat_prompts(["1+2=", "3+4="], 2) != ["1+2=", "1+2=", "3+4=", "3+4="]:
+        failures.append("prompts repeated group by group")
+    tokenizer = CharTokenizer("0123456789")
+    ids = torch.tensor([[*tokenizer.encode("19", False), tokenizer.eos_token_id, *tokenizer.encode("3", False)]])
+    if m.decode_completions(tokenizer, ids, m.completion_mask(ids, tokenizer.eos_token_id)) != ["19"]:
+        failures.append("reward text stops at the first EOS")
+    padded_gap, unpadded_gap = padding_gaps(m, tokenizer, seed)
+    if unpadded_gap > GAP_TOL:
+        failures.append("sampler and trainer log-probs agree on an unpadded row")
+    elif padded_gap > GAP_TOL:
+        failures.append("sampler and trainer log-probs agree on a left-padded row")
     net = nn.Linear(4, 1)
     m.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=0.0), 1e3 * net(torch.ones(1, 4)).sum(), 1.0)
     if torch.cat([p.grad.flatten() for p in net.parameters()]).norm() > 1.0 + GRAD_TOL:
         failures.append("gradients clipped to max_grad_norm")
     return failures
+
+
+def padding_gaps(m, tokenizer, seed):
+    """Max |sampler - trainer log-prob| over four left-padded and four unpadded rows that a random tiny TinyLM
+    completes at temperature 0.7. -> (the padded rows' gap, the unpadded rows' gap)."""
+    g = torch.Generator().manual_seed(seed)
+    model = TinyLM(TinyLMConfig(tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2)).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # scale 0.3: padding and positions show, attention does not saturate
+            p.copy_(0.3 * torch.randn(p.shape, generator=g))
+        enc = tokenizer(["1"] * 4 + ["23456"] * 4, padding_side="left")  # rows 0-3 carry four PAD on the left
+        completions, mask, sampler_logprobs, _ = m.generate(model, tokenizer, enc["input_ids"], enc["attention_mask"],
+                                                            3, 0.7, g)
+        logprobs = m.policy_logprobs(model, enc["input_ids"], enc["attention_mask"], completions, mask, 0.7)
+    gap = (logprobs - sampler_logprobs).abs().masked_fill(~mask, 0)  # (8, 3)
+    return gap[:4].max().item(), gap[4:].max().item()
 
 
 def report_health(failures, cfg, where):

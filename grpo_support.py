@@ -45,6 +45,18 @@ STATS = {
                            "the group mean is the baseline: advantages sum to 0 within each group"),
     "logprob_gap": Stat("max |training log-prob - sampler log-prob| over sampled tokens", 0, 1e-4,
                         "training must score the tokens under the distribution that sampled them"),
+    "logprob_gap_unpadded": Stat("logprob_gap over the rows whose prompt has no left padding", 0, 1e-4,
+                                 "if only logprob_gap is off, padding is handled differently by sampler and "
+                                 "trainer (attention mask, position ids)"),
+    "ref_gap": Stat("max |ref log-prob - old log-prob| over sampled tokens", 1e-9, INF,
+                    "exactly 0 only before the first update (iteration 0): afterwards the policy has moved and the "
+                    "frozen reference has not"),
+    "mixed_groups": Stat("fraction of groups whose G samples do not all share one prompt", 0, 0,
+                         "a group's mean is a baseline only for samples of the same prompt"),
+    "mask_eos_mismatch": Stat("completions whose mask does not end at their first EOS (or at T without one)", 0, 0,
+                              "the mask must cover the EOS (it is a trained action) and nothing after it"),
+    "text_mismatch": Stat("completions whose reward text differs from the decode of their masked tokens", 0, 0,
+                          "the reward must score what the policy wrote up to its EOS, nothing after it"),
     "ratio_first_maxdev": Stat("max |ratio - 1| over tokens at the first inner step", 0, 1e-4,
                                "before any update on this batch, pi = pi_old"),
     "ratio_last_mean": Stat("mean ratio at the last inner step", 0.9, 1.1,
@@ -86,19 +98,43 @@ def inner_step_record(logprobs, old_logprobs, adv, mask, clip, kl, loss, grad_no
                 kl=kl.item(), loss=loss.item(), grad_norm=grad_norm)
 
 
+def mask_ends_at_eos(completions, mask, eos_id):
+    """Per row: the mask is True from t = 0 without a gap and ends on the row's only masked EOS, or covers all T
+    tokens and no EOS.
+    completions, mask (N, T) -> (N,) bool."""
+    N, T = mask.shape
+    length = mask.sum(dim=1)  # (N,)
+    unbroken = (mask == (torch.arange(T) < length[:, None])).all(dim=1)  # (N,)
+    last = completions.gather(1, (length - 1).clamp(min=0)[:, None]).squeeze(1)  # (N,) last masked token
+    eos_in_mask = ((completions == eos_id) & mask).sum(dim=1)  # (N,)
+    ends_on_eos = (length > 0) & (last == eos_id) & (eos_in_mask == 1)
+    runs_full = (length == T) & (eos_in_mask == 0)
+    return unbroken & (ends_on_eos | runs_full)
+
+
 @torch.no_grad()
-def rollout_stats(batch, group_size):
+def rollout_stats(batch, group_size, tokenizer):
     """Statistics of one rollout batch, grouped (B, G) prompt by prompt."""
     rewards = batch["rewards"].view(-1, group_size)  # (B, G)
     adv = batch["advantages"].view(-1, group_size)  # (B, G)
     mask = batch["mask"]  # (N, T)
+    gap = (batch["old_logprobs"] - batch["sampler_logprobs"]).abs().masked_fill(~mask, 0)  # (N, T)
+    unpadded = batch["prompt_mask"].bool().all(dim=1)  # (N,) rows without left padding
+    groups = [batch["prompts"][i : i + group_size] for i in range(0, len(batch["prompts"]), group_size)]
+    masked_texts = tokenizer.batch_decode(batch["completions"].masked_fill(~mask, tokenizer.pad_token_id),
+                                          skip_special_tokens=True)
     return dict(
         reward=rewards.mean().item(),
         reward_std=rewards.std(unbiased=False).item(),
         zero_var_groups=(rewards == rewards[:, :1]).all(dim=1).float().mean().item(),
         adv_nonfinite=int((~adv.isfinite()).sum()),
         adv_group_mean=torch.where(adv.isfinite(), adv, 0.0).mean(dim=1).abs().max().item(),
-        logprob_gap=(batch["old_logprobs"] - batch["sampler_logprobs"])[mask].abs().max().item(),
+        logprob_gap=gap.max().item(),
+        logprob_gap_unpadded=gap[unpadded].max().item() if unpadded.any() else 0.0,
+        ref_gap=(batch["ref_logprobs"] - batch["old_logprobs"]).abs().masked_fill(~mask, 0).max().item(),
+        mixed_groups=sum(len(set(g)) > 1 for g in groups) / len(groups),
+        mask_eos_mismatch=int((~mask_ends_at_eos(batch["completions"], mask, tokenizer.eos_token_id)).sum()),
+        text_mismatch=sum(a != b for a, b in zip(batch["texts"], masked_texts, strict=True)),
         entropy=batch["entropy"][mask].mean().item(),
         completion_length=mask.float().sum(dim=1).mean().item(),
     )

@@ -1,4 +1,4 @@
-"""The bug catalog, proved: one or more tiny diagnostic tests per bug B1..B11.
+"""The bug catalog, proved: one or more tiny diagnostic tests per bug B1..B17.
 
 Every `test_Bn_*` takes only `impl` (the module under test, see conftest.py) and must
   - pass on grpo_fixed (the default run),
@@ -12,6 +12,7 @@ this file under `--impl=buggy` through pytest itself.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import math
@@ -152,7 +153,8 @@ def test_B3_ratio_is_1_first_then_moves_once_the_policy_left_its_reference(impl)
     """Old log-probs are the sampling policy's, cached at rollout: with a policy that has moved away from its
     reference, the first inner step's ratio is still exactly 1 (the reference's log-probs are not the old
     ones), and it leaves 1 after an update (they are not recomputed either)."""
-    task, policy, ref_policy, tok, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
+    task, policy, _, tok, optimizer, cfg, g = tiny_setup(impl, inner_epochs=2, minibatches=2)
+    ref_policy = copy.deepcopy(policy).requires_grad_(False)  # a frozen copy whatever setup_run returns (B16)
     noise = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in policy.parameters():
@@ -283,8 +285,6 @@ class SpreadRewardTask(grpo_buggy.AdditionTask):
 def test_B9_rollout_advantages_use_the_true_groups(impl):
     _, policy, ref_policy, tok, _, cfg, g = tiny_setup(impl, seed=3, prompts_per_batch=3, group_size=5)
     batch, _ = impl.rollout(policy, ref_policy, tok, SpreadRewardTask(), cfg, g)
-    groups = [batch["prompts"][i * 5 : (i + 1) * 5] for i in range(3)]
-    assert all(len(set(group)) == 1 for group in groups), "rollout must lay out prompts prompt-major"
     rewards = batch["rewards"].view(3, 5)  # (B, G)
     expected = torch.stack([impl.group_advantage(row.tolist()) for row in rewards]).float()  # (B, G)
     assert rewards.std(dim=1).gt(0).any(), "diagnostic needs a group with reward variance"
@@ -305,16 +305,97 @@ def test_B10_training_logprobs_use_the_sampling_temperature(impl):
     assert torch.allclose(out, expected, atol=1e-6), (out.tolist(), expected.tolist())
 
 
-def test_B6_B10_training_logprobs_match_the_sampler(impl):
+def test_B6_B10_B12_B13_training_logprobs_match_the_sampler(impl):
     """The rollout's logprob_gap diagnostic: old log-probs recomputed by the training path equal the
-    log-probs of the tokens under the distribution the sampler drew them from (temperature 0.8)."""
+    log-probs of the tokens under the distribution the sampler drew them from (temperature 0.8), on the rows
+    whose prompt was left-padded (B12, B13 break only those) and on the others (B6, B10 break every row)."""
     task, policy, ref_policy, tok, _, cfg, g = tiny_setup(impl, temperature=0.8)
     batch, stats = impl.rollout(policy, ref_policy, tok, task, cfg, g)
     assert (~batch["mask"]).any() and batch["prompt_mask"].eq(0).any(), "diagnostic needs padded prompts and EOS"
     mask = batch["mask"]
-    gap = (batch["old_logprobs"] - batch["sampler_logprobs"])[mask].abs().max().item()
-    assert gap < 1e-4, f"training log-probs differ from the sampler's by {gap:.3g}"
-    assert stats["logprob_gap"] < 1e-4
+    gap = (batch["old_logprobs"] - batch["sampler_logprobs"]).abs().masked_fill(~mask, 0).amax(dim=1)  # (N,)
+    padded = batch["prompt_mask"].eq(0).any(dim=1)  # (N,)
+    assert gap[padded].max() < 1e-4 and gap[~padded].max() < 1e-4, f"gaps {gap[padded].max():.3g} (padded rows), " \
+        f"{gap[~padded].max():.3g} (unpadded rows)"
+    assert stats["logprob_gap"] < 1e-4 and stats["logprob_gap_unpadded"] < 1e-4
+
+
+# ----------------------------------------------------------------------------------------------
+# B12 training forward without position ids; B13 sampling without the attention mask
+
+
+def left_padded(tokenizer, text, pad):
+    """One prompt as a (1, P) row with `pad` PAD tokens on its left, and its attention mask."""
+    ids = tokenizer([text])["input_ids"]  # (1, P0)
+    pads = torch.full((1, pad), tokenizer.pad_token_id)
+    return torch.cat([pads, ids], dim=1), torch.cat([torch.zeros(1, pad, dtype=torch.long), torch.ones_like(ids)], 1)
+
+
+def test_B12_left_padding_leaves_a_rows_training_logprobs_unchanged(impl):
+    """The same prompt and completion scored alone and behind three PAD tokens: equal log-probs (a model library
+    numbers positions 0..L-1 unless given position_ids, so the padded row's tokens would sit three places on)."""
+    model = tiny_lm(seed=1)
+    completions, mask = torch.tensor([[5, 6, TOKENIZER.eos_token_id]]), torch.ones(1, 3, dtype=torch.bool)
+    scores = [impl.policy_logprobs(model, *left_padded(TOKENIZER, "12+3=", pad), completions, mask, 0.8)
+              for pad in (0, 3)]  # (1, T) each
+    assert torch.allclose(scores[0], scores[1], atol=1e-5), [s.tolist() for s in scores]
+
+
+def test_B13_left_padding_leaves_the_samplers_distribution_unchanged(impl):
+    """The same prompt sampled alone and behind three PAD tokens, from one seed: the same tokens, drawn with the
+    same log-probs (the sampler must not attend to the padding)."""
+    model = tiny_lm(seed=1)
+    draws = [impl.generate(model, TOKENIZER, *left_padded(TOKENIZER, "12+3=", pad), 4, 0.8,
+                           torch.Generator().manual_seed(0)) for pad in (0, 3)]
+    (tokens0, _, logp0, _), (tokens3, _, logp3, _) = draws
+    assert torch.allclose(logp0, logp3, atol=1e-5), (logp0.tolist(), logp3.tolist())
+
+
+# ----------------------------------------------------------------------------------------------
+# B14 completion mask without the EOS; B17 reward text past the EOS
+
+
+def test_B14_completion_mask_covers_the_first_eos_and_nothing_after(impl):
+    eos = TOKENIZER.eos_token_id
+    completions = torch.tensor([[5, eos, 7, eos], [eos, 5, 6, 7], [5, 6, 7, 8]])  # (3, T=4)
+    expected = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    assert impl.completion_mask(completions, eos).equal(expected), impl.completion_mask(completions, eos).tolist()
+
+
+def test_B17_reward_text_stops_at_the_first_eos(impl):
+    eos = TOKENIZER.eos_token_id
+    rows = [[*TOKENIZER.encode("19", False), eos, *TOKENIZER.encode("3", False)], TOKENIZER.encode("4+4=", False)]
+    completions = torch.tensor(rows)  # (2, T=4): an answer, EOS and a sampled '3'; four tokens without an EOS
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)  # through the first EOS
+    assert impl.decode_completions(TOKENIZER, completions, mask) == ["19", "4+4="]
+
+
+# ----------------------------------------------------------------------------------------------
+# B15 prompts tiled instead of repeated; B16 the reference is the live policy
+
+
+def test_B15_each_prompt_repeated_group_size_times_in_a_row(impl):
+    assert impl.repeat_prompts(["1+2=", "3+4=", "5+6="], 2) == ["1+2=", "1+2=", "3+4=", "3+4=", "5+6=", "5+6="]
+
+
+def test_B15_rollout_groups_hold_one_prompt_each(impl):
+    task, policy, ref_policy, tok, _, cfg, g = tiny_setup(impl)
+    batch, stats = impl.rollout(policy, ref_policy, tok, task, cfg, g)
+    groups = [batch["prompts"][i : i + cfg.group_size] for i in range(0, len(batch["prompts"]), cfg.group_size)]
+    assert all(len(set(group)) == 1 for group in groups), groups
+    assert stats["mixed_groups"] == 0
+
+
+def test_B16_the_reference_stays_the_starting_policy(impl):
+    """After an update of the policy, the reference still scores like the SFT model it started as."""
+    task, policy, ref_policy, tok, optimizer, cfg, g = tiny_setup(impl)
+    assert ref_policy is not policy and not any(p.requires_grad for p in ref_policy.parameters())
+    ids = tok(["12+3="])["input_ids"]
+    before = ref_policy(ids).logits.detach().clone()
+    policy(ids).logits.sum().backward()
+    optimizer.step()
+    assert not torch.equal(policy(ids).logits, before), "the policy moved"
+    assert torch.equal(ref_policy(ids).logits, before), "the reference moved with it"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -361,6 +442,17 @@ def test_probe_numbers_in_the_hints():
     every = torch.ones(1, 3, dtype=torch.bool)
     values = [m.kl_to_reference(pi[None], ref[None], every).item() for m in (grpo_fixed, catalog.hybrid("B8"))]
     assert f"= {values[0]:.3f} exactly (the buggy mean is {values[1]:.2f})" in catalog.bug("B8").probe
+    eos = TOKENIZER.eos_token_id
+    masks = [m.completion_mask(torch.tensor([[5, eos, 7, eos]]), eos)[0].int().tolist()
+             for m in (grpo_fixed, catalog.hybrid("B14"))]  # the B14 probe
+    assert f"should be {masks[0]}; here it is {masks[1]}" in catalog.bug("B14").probe
+    ids = torch.tensor([[*TOKENIZER.encode("19", False), eos, *TOKENIZER.encode("3", False)]])  # the B17 probe
+    texts = [m.decode_completions(TOKENIZER, ids, grpo_fixed.completion_mask(ids, eos))[0]
+             for m in (grpo_fixed, catalog.hybrid("B17"))]
+    assert f"should be '{texts[0]}'; here it is '{texts[1]}'" in catalog.bug("B17").probe
+    tiled = catalog.hybrid("B15").repeat_prompts(["1+2=", "3+4="], 2)  # the B15 probe
+    assert grpo_fixed.repeat_prompts(["1+2=", "3+4="], 2) != tiled
+    assert f"should be {grpo_fixed.repeat_prompts(['1+2=', '3+4='], 2)}; here it is {tiled}" in catalog.bug("B15").probe
     freq = draw_frequencies(catalog.hybrid("B1"), torch.tensor([2.0, 1.0, 0.0, -1.0, -2.0]), 20000)  # the B1 probe
     assert "[" + ", ".join(f"{x:.2f}".removeprefix("0") for x in freq.tolist()) + "]" == "[.39, .30, .20, .10, .00]"
     assert "the buggy ones are about [.39, .30, .20, .10, 0]" in catalog.bug("B1").probe
@@ -456,6 +548,32 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
         gaps = series(run, "logprob_gap")
         assert all(s["ratio_first_maxdev"] == 0 for s in run)
         quoted("B10", f"by {min(gaps):.1f} to {max(gaps):.1f} nats")
+    elif bug_id in ("B12", "B13"):
+        gaps, unpadded = series(run, "logprob_gap"), series(run, "logprob_gap_unpadded")
+        assert min(gaps) > 0.05 and max(unpadded) < 1e-4
+        low, high = (f"{min(gaps):.1f}", f"{max(gaps):.1f}") if bug_id == "B12" else (f"{min(gaps):.2f}",
+                                                                                        f"{max(gaps):.1f}")
+        quoted(bug_id, f"by {low} to {high} nats", f"{final_reward(run):.2f} where a healthy ")
+    elif bug_id == "B14":
+        lengths = [f"{statistics.fmean(series(h, 'completion_length')):.2f}" for h in (run, fixed)]
+        n = grpo_fixed.Config().prompts_per_batch * grpo_fixed.Config().group_size  # every completion stops
+        assert all(s["mask_eos_mismatch"] == n for s in run)
+        quoted("B14", f"({lengths[0]} vs {lengths[1]} tokens", f"({n} of {n})",
+               f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}")
+    elif bug_id == "B15":
+        assert all(s["mixed_groups"] == 1 for s in run) and all(grpo_fixed.in_range(s, "adv_group_mean") for s in run)
+        quoted("B15", f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}")
+    elif bug_id == "B16":
+        assert all(s["ref_gap"] == 0 for s in run)
+        quoted("B16", f"({last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f})",
+               f"({final_reward(run):.2f} where a healthy run reaches {healthy_final})")
+        assert final_reward(run) >= final_reward(fixed)
+    elif bug_id == "B17":
+        mismatches = series(run, "text_mismatch")
+        assert min(mismatches) > 0
+        quoted("B17", f"({run[0]['reward']:.2f} at the first iteration, where a healthy run starts at "
+               f"{fixed[0]['reward']:.2f})", f"({final_reward(run):.2f} where a healthy run reaches {healthy_final})",
+               f"counts {min(mismatches)} to {max(mismatches)} completions")
     elif bug_id == "B11":
         finals = [final_reward(default_run(label, seed)) for label in ("B11", "fixed") for seed in range(3)]
         assert max(abs(a - b) for a, b in zip(finals[:3], finals[3:], strict=True)) <= 0.03

@@ -12,24 +12,38 @@ import torch
 
 import grpo_buggy
 import grpo_fixed
+from tinylm import CharTokenizer
 from workbook import catalog
 
-# Which preflight probe names each bug that a tiny-input probe can see; the others (B3, B6, B9, B10)
-# only show up in a rollout, so the per-iteration checks must name them.
+# Which preflight probes name each bug that a tiny-input probe can see; the per-iteration checks must name the bugs
+# that only show up in a rollout (B3, B6, B9, B10, B12-B16; B6 and B10 are seen by both).
 PREFLIGHT = {
-    "B1": "sampling frequencies match softmax(logits)",
-    "B2": "constant reward group gives finite advantages",
-    "B4": "loss gradient at ratio 1 is -A/n",
-    "B5": "all-masked loss is finite",
-    "B7": "token log-probs finite for large logits",
-    "B8": "KL estimator is unbiased for KL(pi || ref)",
-    "B11": "gradients clipped to max_grad_norm",
+    "B1": ["sampling frequencies match softmax(logits)"],
+    "B2": ["constant reward group gives finite advantages"],
+    "B4": ["loss gradient at ratio 1 is -A/n"],
+    "B5": ["all-masked loss is finite"],
+    "B6": ["sampler and trainer log-probs agree on an unpadded row"],
+    "B7": ["token log-probs finite for large logits"],
+    "B8": ["KL estimator is unbiased for KL(pi || ref)"],
+    "B10": ["sampler and trainer log-probs agree on an unpadded row"],
+    "B11": ["gradients clipped to max_grad_norm"],
+    "B12": ["sampler and trainer log-probs agree on a left-padded row"],
+    "B13": ["sampler and trainer log-probs agree on a left-padded row"],
+    "B14": ["completion mask covers the first EOS and nothing after it"],
+    "B15": ["prompts repeated group by group"],
+    "B17": ["reward text stops at the first EOS"],
 }
 IN_TRAINING = {
     "B3": "ratio moves after updates",
     "B6": "training log-probs match the sampler",
     "B9": "advantages centred per group",
     "B10": "training log-probs match the sampler",
+    "B12": "training log-probs match the sampler",
+    "B13": "training log-probs match the sampler",
+    "B14": "masks end at the first EOS",
+    "B15": "each group holds one prompt",
+    "B16": "reference frozen, not the live policy",
+    "B17": "reward text stops at EOS",
 }
 
 
@@ -51,12 +65,15 @@ def test_preflight_quiet_on_fixed_and_names_every_probe_on_buggy(seed):
     """No false alarms (the probes are statistical: seeds matter) and no misses."""
     assert grpo_fixed.preflight(seed=seed) == []
     assert grpo_fixed.preflight(grpo_fixed, seed=seed) == []
-    assert sorted(grpo_fixed.preflight(grpo_buggy, seed=seed)) == sorted(PREFLIGHT.values())
+    every = {p for probes in PREFLIGHT.values() for p in probes}
+    # the buggy twin's unpadded row already disagrees (B6, B10), so the padded-row probe is not reached
+    expected = every - {"sampler and trainer log-probs agree on a left-padded row"}
+    assert sorted(grpo_fixed.preflight(grpo_buggy, seed=seed)) == sorted(expected)
 
 
 @pytest.mark.parametrize("bug_id", catalog.BUG_IDS)
 def test_preflight_on_each_hybrid_names_only_its_bug(bug_id):
-    expected = [PREFLIGHT[bug_id]] if bug_id in PREFLIGHT else []
+    expected = PREFLIGHT.get(bug_id, [])
     assert grpo_fixed.preflight(catalog.hybrid(bug_id)) == expected
 
 
@@ -69,8 +86,8 @@ def test_health_checks_name_the_rollout_bugs(bug_id):
 
 
 def test_strict_mode_raises_on_the_first_failure():
-    with pytest.raises(AssertionError, match="training log-probs match the sampler"):
-        catalog.hybrid("B10").train(seed=0, steps=2, strict=True)
+    with pytest.raises(AssertionError, match="advantages centred per group"):
+        catalog.hybrid("B9").train(seed=0, steps=2, strict=True)
     with pytest.raises(AssertionError, match="preflight"):
         catalog.hybrid("B1").train(seed=0, steps=1, strict=True)
     assert len(grpo_fixed.train(seed=0, steps=2, prompts_per_batch=4, strict=True)) == 2
@@ -87,6 +104,9 @@ def healthy_stats():
     ("adv_nonfinite", 3, "advantages finite"),
     ("adv_group_mean", 0.5, "advantages centred per group"),
     ("logprob_gap", 0.2, "training log-probs match the sampler"),
+    ("mixed_groups", 0.5, "each group holds one prompt"),
+    ("mask_eos_mismatch", 1, "masks end at the first EOS"),
+    ("text_mismatch", 2, "reward text stops at EOS"),
     ("ratio_first_maxdev", 0.05, "ratio == 1 at the first inner step"),
     ("ratio_last_maxdev", 0.0, "ratio moves after updates"),
     ("kl", -0.1, "KL finite and >= 0"),
@@ -99,6 +119,15 @@ def test_each_check_fires_on_its_statistic(healthy_stats, stat, value, check):
     cfg = grpo_fixed.Config()
     assert grpo_fixed.check_health(healthy_stats, cfg) == []
     assert grpo_fixed.check_health({**healthy_stats, stat: value}, cfg) == [check]
+
+
+def test_a_reference_equal_to_the_policy_fails_only_after_the_first_update(healthy_stats):
+    cfg = grpo_fixed.Config()
+    assert healthy_stats["iteration"] == 0 and healthy_stats["ref_gap"] == 0  # nothing has moved yet
+    later = {**healthy_stats, "iteration": 1}
+    assert grpo_fixed.check_health(later, cfg) == ["reference frozen, not the live policy"]
+    assert grpo_fixed.check_health({**later, "ref_gap": 0.01}, cfg) == []
+    assert grpo_fixed.check_health(later, grpo_fixed.make_config(lr=0.0)) == []
 
 
 def test_entropy_collapse_only_matters_before_the_task_is_solved(healthy_stats):
@@ -135,3 +164,15 @@ def test_probe_tolerances_are_what_their_docstrings_say():
     reversed_off = ((-x).exp() + x - 1).mean().item() - k3.mean().item()
     assert f"about {in_std:.1f} std" in source and f"std of one k3 term\nis {term_std:.2f} here" in source
     assert f"= {in_std:.1f}); the reversed estimator (B8) is off by {round(reversed_off)}" in source
+
+
+def test_padding_probe_tolerance_is_what_its_docstring_says():
+    """GAP_TOL's docstring: the fixed twin's rounding and the smallest gap each padding-sensitive bug leaves, on the
+    probes' rows (B6 and B10 on the unpadded rows, B12 and B13 on the left-padded ones), seeds 0-19."""
+    tokenizer = CharTokenizer("0123456789")
+    fixed = max(max(grpo_fixed.padding_gaps(grpo_fixed, tokenizer, s)) for s in range(20))
+    smallest = min(grpo_fixed.padding_gaps(catalog.hybrid(b), tokenizer, s)[row]
+                   for b, row in (("B6", 1), ("B10", 1), ("B12", 0), ("B13", 0)) for s in range(20))
+    assert fixed < 1e-6 < grpo_fixed.GAP_TOL < 0.07 <= smallest
+    doc = Path(grpo_fixed.__file__).read_text()
+    assert "below 1e-6 on\nseeds 0-19, against at least 0.07" in doc

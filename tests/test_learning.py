@@ -62,9 +62,9 @@ def start_reward(n=1024, temperature=0.8, seed=0):
     g = torch.Generator().manual_seed(seed)
     prompts = task.prompts(n, g)
     enc = tokenizer(prompts, padding_side="left")
-    completions = grpo_fixed.generate(policy, tokenizer, enc["input_ids"], enc["attention_mask"],
-                                      task.max_completion_length, temperature, g)[0]  # (n, T)
-    return task.reward(prompts, tokenizer.batch_decode(completions, skip_special_tokens=True)).mean().item()
+    completions, mask, _, _ = grpo_fixed.generate(policy, tokenizer, enc["input_ids"], enc["attention_mask"],
+                                                  task.max_completion_length, temperature, g)  # (n, T) each
+    return task.reward(prompts, grpo_fixed.decode_completions(tokenizer, completions, mask)).mean().item()
 
 
 def clip_fraction(stats):

@@ -1,5 +1,6 @@
 """The LM plumbing of the hand-out: left-padded prompts with their attention mask and position ids, KV-cache
-generation until EOS, rewards on decoded text, the rollout batch, and the SFT policy with its frozen reference.
+generation with its mask through the first EOS, rewards on the text up to that EOS, the rollout batch, and the
+SFT policy with its frozen reference.
 
 Each test compares against an independent computation (a full forward pass, a row alone, hand-written ids), so
 a mistake in the plumbing makes it fail."""
@@ -54,7 +55,9 @@ def test_tokenizer_pads_left_and_decode_skips_specials():
 
 
 # ---- generation -----------------------------------------------------------------------------------
-def test_generate_pads_after_the_first_eos_and_masks_through_it(sft):
+def test_generate_masks_through_the_first_eos_and_keeps_the_samples_after_it(sft):
+    """generate samples all T tokens of every row and leaves what follows the first EOS in place; the mask is True
+    through the first EOS and False after it, and decode_completions reads the text only up to that EOS."""
     policy, tok = sft
     ids, mask, completions, cmask, logprobs, entropy = sample(policy, tok, PROMPTS * 8)
     N, T = completions.shape
@@ -62,12 +65,16 @@ def test_generate_pads_after_the_first_eos_and_masks_through_it(sft):
     assert logprobs.shape == entropy.shape == (N, T)
     is_eos = completions == tok.eos_token_id  # (N, T)
     assert is_eos.any(dim=1).any(), "diagnostic needs rows that reach EOS"
+    expected = []
     for row, m, e in zip(completions, cmask, is_eos, strict=True):
         first = int(e.nonzero()[0]) if e.any() else T - 1
         assert m[: first + 1].all() and not m[first + 1 :].any(), (row.tolist(), m.tolist())
-        assert (row[first + 1 :] == tok.pad_token_id).all(), row.tolist()
         assert not (row[: first + 1] == tok.pad_token_id).any(), row.tolist()
+        expected.append(tok.decode(row[: first + 1], skip_special_tokens=True))
     assert (cmask.sum(dim=1) < T).any(), "diagnostic needs a completion shorter than T"
+    assert (completions[~cmask] != tok.pad_token_id).any(), "after the first EOS: sampled tokens, not PAD"
+    assert grpo_fixed.decode_completions(tok, completions, cmask) == expected
+    assert expected != tok.batch_decode(completions, skip_special_tokens=True), "diagnostic: tokens after EOS"
 
 
 def test_sampler_logprobs_equal_the_training_logprobs_on_padded_and_unpadded_rows(sft):
@@ -117,6 +124,7 @@ def test_reward_is_on_decoded_text():
 
 @TWINS
 def test_rollout_batch_keys_and_shapes(module):
+    """The batch's interface, which both twins keep (what the bugs change is in the next test)."""
     cfg = module.make_config(prompts_per_batch=3, group_size=4)
     task = module.AdditionTask()
     policy, ref, tok, _, g = module.setup_run(task, cfg, seed=0)
@@ -125,16 +133,34 @@ def test_rollout_batch_keys_and_shapes(module):
     assert set(batch) == {"prompts", "texts", "prompt_ids", "prompt_mask", "completions", "mask", "rewards",
                           "sampler_logprobs", "entropy", "advantages", "old_logprobs", "ref_logprobs"}
     assert len(batch["prompts"]) == len(batch["texts"]) == N
-    groups = [batch["prompts"][i : i + 4] for i in range(0, N, 4)]
-    assert all(len(set(group)) == 1 for group in groups), "each prompt repeated G times consecutively"
     P = batch["prompt_ids"].shape[1]
     assert P == 1 + max(len(p) for p in batch["prompts"]) and batch["prompt_mask"].shape == (N, P)
     for key in ("completions", "mask", "sampler_logprobs", "entropy", "old_logprobs", "ref_logprobs"):
         assert batch[key].shape == (N, T), key
     assert batch["rewards"].shape == batch["advantages"].shape == (N,)
-    assert batch["texts"] == tok.batch_decode(batch["completions"], skip_special_tokens=True)
     torch.testing.assert_close(batch["rewards"], task.reward(batch["prompts"], batch["texts"]))
     assert 0 <= stats["reward"] <= 1
+
+
+def test_rollout_groups_each_prompt_and_scores_the_text_up_to_the_first_eos():
+    """Fixed twin only: B15 (repeat_prompts tiles), B14 (mask drops the EOS) and B17 (text runs past the EOS)
+    break these on purpose."""
+    cfg = grpo_fixed.make_config(prompts_per_batch=3, group_size=4)
+    task = grpo_fixed.AdditionTask()
+    policy, ref, tok, _, g = grpo_fixed.setup_run(task, cfg, seed=0)
+    batch, stats = grpo_fixed.rollout(policy, ref, tok, task, cfg, g)
+    N, T = 12, task.max_completion_length
+    groups = [batch["prompts"][i : i + 4] for i in range(0, N, 4)]
+    assert all(len(set(group)) == 1 for group in groups), "each prompt repeated G times consecutively"
+    assert len({group[0] for group in groups}) == 3, "diagnostic needs three different prompts"
+    texts = []
+    for row, m in zip(batch["completions"], batch["mask"], strict=True):
+        is_eos = row == tok.eos_token_id
+        first = int(is_eos.nonzero()[0]) if is_eos.any() else T - 1
+        assert m.tolist() == [t <= first for t in range(T)], (row.tolist(), m.tolist())
+        texts.append(tok.decode(row[: first + 1], skip_special_tokens=True))
+    assert batch["texts"] == texts
+    assert stats["mixed_groups"] == 0 and stats["mask_eos_mismatch"] == 0 and stats["text_mismatch"] == 0
 
 
 def test_first_inner_step_ratio_is_exactly_one():
@@ -149,7 +175,20 @@ def test_first_inner_step_ratio_is_exactly_one():
 
 
 @TWINS
-def test_setup_run_loads_the_checkpoint_and_freezes_an_equal_reference(module):
+def test_setup_run_loads_the_checkpoint_into_a_trainable_policy(module):
+    """Both twins; the reference's freezing is the next test's (B16 breaks it on purpose)."""
+    task = module.AdditionTask()
+    policy, _, tok, optimizer, _ = module.setup_run(task, module.make_config(dropout=0.1), seed=0)
+    saved = TinyLM.from_pretrained(task.checkpoint)
+    assert policy.config.dropout == 0.1 and tok.alphabet == task.alphabet
+    for (name, p), (_, s) in zip(policy.named_parameters(), saved.named_parameters(), strict=True):
+        assert torch.equal(p, s) and p.requires_grad, name
+    assert optimizer.param_groups[0]["params"][0] is next(policy.parameters())
+
+
+def test_setup_run_loads_the_checkpoint_and_freezes_an_equal_reference():
+    """Fixed twin only: in the buggy twin the reference is the live policy (B16)."""
+    module = grpo_fixed
     task = module.AdditionTask()
     policy, ref, tok, optimizer, g = module.setup_run(task, module.make_config(dropout=0.1), seed=0)
     saved = TinyLM.from_pretrained(task.checkpoint)

@@ -263,8 +263,8 @@ def test_exact_values_are_the_probability_of_the_one_right_answer():
     # sampled frequency agrees with the exact value (a prompt the SFT model gets right sometimes)
     g = torch.Generator().manual_seed(0)
     enc = tokenizer(["17+25="] * 2000, padding_side="left")
-    completions, _, _, _ = grpo_fixed.generate(policy, tokenizer, enc["input_ids"], enc["attention_mask"], 5, 0.8, g)
-    hits = sum(t == "42" for t in tokenizer.batch_decode(completions, skip_special_tokens=True)) / 2000
+    completions, mask, _, _ = grpo_fixed.generate(policy, tokenizer, enc["input_ids"], enc["attention_mask"], 5, 0.8, g)
+    hits = sum(t == "42" for t in grpo_fixed.decode_completions(tokenizer, completions, mask)) / 2000
     assert hits == pytest.approx(probs[1, 1].item(), abs=0.05)
 
 

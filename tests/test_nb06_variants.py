@@ -81,9 +81,10 @@ def test_a_variant_rejects_unknown_sites():
 
 def test_completion_lengths_and_truncation():
     tokenizer = CharTokenizer(RambleTask.alphabet)
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id  # PAD after the first EOS, as generate() writes it
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     assert (eos, pad) == (2, 0)  # the ids the rows below are written with
-    completions = torch.tensor([[3, 4, eos, pad], [eos, pad, pad, pad], [5, 5, 5, eos], [6, 6, 6, 6], [7, pad, 7, 7]])
+    # generate() leaves what it sampled after the first EOS in place (here a digit, and a second EOS)
+    completions = torch.tensor([[3, 4, eos, 9], [eos, 8, eos, 4], [5, 5, 5, eos], [6, 6, 6, 6], [7, pad, 7, 7]])
     assert nb06_variants.completion_lengths(completions, eos).tolist() == [3, 1, 4, 4, 4]
     # a PAD sampled mid-completion (a fresh TinyLM does) is not an EOS: the last row ran to the limit
     assert nb06_variants.truncated(completions, eos).tolist() == [False, False, False, True, True]

@@ -180,9 +180,10 @@ def test_stale_rollout_samples_from_the_policy_k_iterations_old():
         assert torch.allclose(log_w[-1], (current - behaviour)[mask], atol=1e-5)
         assert (stats["logprob_gap"] > 1e-3) == (anchor == "current")
         # the current policy's own reward, from its own samples: what the comparison must report
-        texts = TOKENIZER.batch_decode(grpo_fixed.generate(
+        completions, cmask, _, _ = grpo_fixed.generate(
             policy, TOKENIZER, batch["prompt_ids"], batch["prompt_mask"], TASK.max_completion_length,
-            cfg.temperature, torch.Generator().manual_seed(10_000 + len(log_w)))[0], skip_special_tokens=True)
+            cfg.temperature, torch.Generator().manual_seed(10_000 + len(log_w)))
+        texts = grpo_fixed.decode_completions(TOKENIZER, completions, cmask)
         assert stats["current_reward"] == TASK.reward(batch["prompts"], texts).mean().item()
         policy.load_state_dict(old.state_dict())
 
@@ -209,12 +210,15 @@ def test_completion_tree_lists_every_completion_once_with_generates_mask():
     tree = nb07_off_policy.completion_tree(TOKENIZER, T)
     completions, mask = tree["completions"], tree["mask"]
     eos, pad = TOKENIZER.eos_token_id, TOKENIZER.pad_token_id
-    assert len({tuple(row) for row in completions.tolist()}) == completions.shape[0]
+    kept = []  # each row up to its first EOS: what the mask keeps of a generated completion
     for row, m in zip(completions.tolist(), mask.tolist(), strict=True):
         first = row.index(eos) if eos in row else T - 1
-        assert m == [t <= first for t in range(T)]
-        assert all(tok == pad for tok in row[first + 1:])  # as generate pads after the first EOS
-    assert tree["texts"] == TOKENIZER.batch_decode(completions, skip_special_tokens=True)
+        assert m == [t <= first for t in range(T)]  # True through the first EOS, False after, as generate's
+        assert all(tok == pad for tok in row[first + 1:])  # one filler for whatever generate sampled after it
+        kept.append(tuple(row[: first + 1]))
+    assert len(set(kept)) == completions.shape[0]  # distinct where it counts: up to the first EOS
+    assert tree["texts"] == grpo_fixed.decode_completions(TOKENIZER, completions, mask)  # as rollout decodes
+    assert tree["texts"] == [TOKENIZER.decode(list(k), skip_special_tokens=True) for k in kept]
 
 
 def test_tree_logprobs_match_the_twins_and_sum_to_one():

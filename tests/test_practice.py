@@ -181,7 +181,7 @@ def test_mock_writes_the_next_round_and_never_overwrites(tmp_path, monkeypatch, 
     with pytest.raises(sandbox.CannotGrade, match="exists already"):
         rounds.mock(1, "2", hard=False)
     assert first.read_text() == before
-    for bad in ("0", "12", "three", "-1"):
+    for bad in ("0", str(len(catalog.BUG_IDS) + 1), "three", "-1"):
         with pytest.raises(sandbox.CannotGrade, match="BUGS"):
             rounds.mock(7, bad, hard=False)
     assert sorted(p.name for p in (tmp_path / "practice").iterdir()) == ["round_1.py", "round_2.py"]
@@ -209,7 +209,7 @@ def test_the_default_round_is_never_an_older_one_when_the_newest_header_was_edit
 
 def test_header_and_clock():
     info = rounds.Round(7, 1, WHEN)
-    assert info.header() == "# GRPO practice round 7: 1 bug of 11, drawn 2026-11-30 12:00:00 UTC. (check b752d91e)"
+    assert info.header() == "# GRPO practice round 7: 1 bug of 17, drawn 2026-11-30 12:00:00 UTC. (check 7b6af874)"
     assert rounds.parse_header(info.header() + "\nx = 1\n") == info
     assert rounds.header_problem(info.header() + "\nx = 1\n") is None
     assert rounds.parse_header("# GRPO practice round 7: 12 bugs, drawn 2026-11-30 12:00:00 UTC.") is None
@@ -218,8 +218,8 @@ def test_header_and_clock():
     assert rounds.clock(info, WHEN + dt.timedelta(minutes=46, seconds=5)) == "46:05"
 
 
-@pytest.mark.parametrize("edit", [("round 7:", "round 8:"), ("1 bug of 11", "2 bugs of 11"), ("12:00:00", "12:00:01"),
-                                  (" (check b752d91e)", ""), ("b752d91e", "b752d91f")])
+@pytest.mark.parametrize("edit", [("round 7:", "round 8:"), ("1 bug of 17", "2 bugs of 17"), ("12:00:00", "12:00:01"),
+                                  (" (check 7b6af874)", ""), ("7b6af874", "7b6af875")])
 def test_an_edited_header_is_no_header(edit):
     text = replace_once(rounds.Round(7, 1, WHEN).header(), *edit) + "\nx = 1\n"
     assert rounds.parse_header(text) is None
@@ -234,7 +234,7 @@ def test_a_header_without_the_catalog_size_means_eleven_bugs():
 
 
 def test_adding_a_bug_to_the_catalog_regrades_no_old_round(monkeypatch):
-    """Rounds 1-200 drawn from the 11-bug catalog keep their draw once a 12th bug is catalogued: the draw uses
+    """Rounds 1-200 drawn from today's catalog keep their draw once another bug is catalogued: the draw uses
     only the prefix of the catalog the header records (and without the prefix, many of them would move)."""
     before = {n: rounds.draw(n, 3) for n in range(1, 201)}
     headers = {n: rounds.Round(n, 3, WHEN).header() for n in range(1, 201)}
@@ -245,8 +245,8 @@ def test_adding_a_bug_to_the_catalog_regrades_no_old_round(monkeypatch):
         assert rounds.parse_header(headers[n]).drawn == before[n], n
     moved = [n for n in range(1, 201) if sorted(random.Random(n).sample(extended, 3)) != sorted(before[n])]
     assert len(moved) > 20, "the test would not notice a draw over the whole catalog"
-    assert rounds.Round(1, 3, WHEN).header().startswith("# GRPO practice round 1: 3 bugs of 12,")
-    assert rounds.parse_header(rounds.Round(1, 3, WHEN).header()).size == 12
+    assert rounds.Round(1, 3, WHEN).header().startswith(f"# GRPO practice round 1: 3 bugs of {len(extended)},")
+    assert rounds.parse_header(rounds.Round(1, 3, WHEN).header()).size == len(extended)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -73,9 +73,9 @@ def reward_at(policy, tokenizer, n=512, temperature=0.8, seed=0):
     g = torch.Generator().manual_seed(seed)
     prompts = task.prompts(n, g)
     enc = tokenizer(prompts, padding_side="left")
-    completions, *_ = grpo_fixed.generate(policy, tokenizer, enc["input_ids"], enc["attention_mask"],
-                                          task.max_completion_length, temperature, g)
-    return task.reward(prompts, tokenizer.batch_decode(completions, skip_special_tokens=True)).mean().item()
+    completions, mask, _, _ = grpo_fixed.generate(policy, tokenizer, enc["input_ids"], enc["attention_mask"],
+                                                  task.max_completion_length, temperature, g)
+    return task.reward(prompts, grpo_fixed.decode_completions(tokenizer, completions, mask)).mean().item()
 
 
 def test_committed_checkpoint_loads_with_the_task_vocabulary_and_a_moderate_reward():

@@ -36,7 +36,7 @@ def rollout(task, policy, n, seed=0, temperature=1.0):
     enc = TOKENIZER(prompts, padding_side="left")
     completions, mask, _, _ = grpo_fixed.generate(policy, TOKENIZER, enc["input_ids"], enc["attention_mask"],
                                                   task.max_completion_length, temperature, g)
-    texts = TOKENIZER.batch_decode(completions, skip_special_tokens=True)
+    texts = grpo_fixed.decode_completions(TOKENIZER, completions, mask)  # up to the first EOS
     return prompts, texts, completions, mask, task.reward(prompts, texts)
 
 
@@ -70,13 +70,20 @@ def test_prompts_follow_the_generator(name):
 
 @ALL
 def test_reward_ignores_tokens_after_the_first_eos(name):
-    """The trainer pads after the first EOS; whatever a sampler left there must not change the text's reward."""
+    """generate leaves whatever it sampled after the first EOS in place and masks it out; the text the reward
+    reads stops at the EOS, so neither those tokens nor any other junk there may change the text's reward."""
     task = TASKS[name]()
     prompts, texts, completions, mask, reward = rollout(task, UniformPolicy(), 200, seed=2)
+    is_eos = completions == TOKENIZER.eos_token_id
+    first = torch.where(is_eos.any(dim=1), is_eos.long().argmax(dim=1), completions.shape[1] - 1)  # (n,)
+    assert torch.equal(mask, torch.arange(completions.shape[1]) <= first[:, None])  # True through the first EOS
+    assert (completions[~mask] != TOKENIZER.pad_token_id).any()  # sampled tokens after the EOS, not PAD
+    assert texts != TOKENIZER.batch_decode(completions, skip_special_tokens=True)  # and they would decode
     junk = torch.randint(3, TOKENIZER.vocab_size, completions.shape, generator=torch.Generator().manual_seed(3))
     cut = [TOKENIZER.decode(row[: int(m.sum())], skip_special_tokens=True)
            for row, m in zip(torch.where(mask, completions, junk), mask, strict=True)]
     assert cut == texts and torch.equal(task.reward(prompts, cut), reward)
+    assert grpo_fixed.decode_completions(TOKENIZER, torch.where(mask, completions, junk), mask) == texts
 
 
 def perfect(name, prompt):

@@ -33,6 +33,8 @@ class Bug:
     stats: tuple[str, ...] = ()
     probe: str = ""
     fix: str = ""
+    source: str = ""
+    """where the mistake was found or reported in public LM RL code (the LM-loop bugs B12 and up)"""
     cards: tuple[str, ...] = ()
     """ids of the drill cards (interview/questions.toml) an interviewer asks after this bug is fixed;
     `make interview` asks them first"""
@@ -156,13 +158,92 @@ BUGS = [
               "clipping) should be 1.00 (the buggy one is 2236)",
         fix="the norm is measured with max_norm = inf, so nothing is clipped: pass max_grad_norm to "
             "clip_grad_norm_ (it still returns the pre-clip norm for the logs)"),
+    Bug("B12", "sequence_inputs", "training forward without position ids (left-padded rows sit at shifted positions)",
+        symptom="training log-probs differ from the sampler's from the first iteration on, by 3.5 to 11.7 nats "
+                "(logprob_gap), but only on rows whose prompt was left-padded: on the others (logprob_gap_unpadded) "
+                "the gap stays at rounding level; the reward climbs more slowly than a healthy run's (it ends at 0.54 "
+                "where a healthy run reaches 0.67)",
+        stats=("logprob_gap", "logprob_gap_unpadded", "reward"),
+        source="huggingface/trl issue 6800 (Online DPO, XPO and Nash-MD log-prob forwards pass no position_ids on "
+               "left-padded prompts: harmless under RoPE, wrong for absolute-position models such as GPT-2 and this "
+               "TinyLM); huggingface/transformers issue 18388 (generate and forward logits differ when the position "
+               "ids ignore the left padding)",
+        cards=("consistency-not-correctness", "invariants", "debug-method"),
+        probe="score one prompt and completion ('12+3=' then '23' and EOS) as a row alone and behind three PAD "
+              "tokens: the trainer's log-probs should be equal; here the padded row's differ",
+        fix="a model called without position_ids numbers every row 0..L-1, so a left-padded row's real tokens "
+            "sit at shifted positions: pass position_ids = cumsum(attention_mask) - 1, as the sampler does"),
+    Bug("B13", "generate", "sampling without the attention mask (pad tokens attended)",
+        symptom="training log-probs differ from the sampler's from the first iteration on, by 0.09 to 4.4 nats "
+                "(logprob_gap), only on rows whose prompt was left-padded (logprob_gap_unpadded stays at rounding "
+                "level); the reward is not visibly hurt (a default run ends at 0.66 where a healthy one reaches 0.67): "
+                "the gap, not the reward, is the signal",
+        stats=("logprob_gap", "logprob_gap_unpadded"),
+        source="deepspeedai/DeepSpeedExamples pull request 464 (DeepSpeed-Chat's generation got no prompt attention "
+               "mask, so the padding tokens were attended and generation broke; fixed in pull request 468)",
+        cards=("consistency-not-correctness", "sampler-test", "debug-method"),
+        probe="sample one prompt ('12+3=') alone and behind three PAD tokens, from one seed: the sampler's "
+              "log-probs of its draws should be equal; here the padded row's differ",
+        fix="without the attention mask the sampler's queries attend to the left padding, so the sampled "
+            "distribution is not the one the trainer scores: pass the mask at the prompt and at every cached step"),
+    Bug("B14", "completion_mask", "completion mask stops before EOS (EOS never trained)",
+        symptom="the logged completion length is about one token shorter than a healthy run's (1.92 vs 2.95 "
+                "tokens on average) while the decoded texts are as long, and mask_eos_mismatch counts every "
+                "completion (128 of 128) in every iteration; the reward is not visibly hurt (a default run ends at "
+                "0.66 where a healthy one reaches 0.67)",
+        stats=("completion_length", "mask_eos_mismatch"),
+        source="rasbt/reasoning-from-scratch pull request 185 (GRPO sampled responses dropped the EOS token, so "
+               "stopping got no gradient); huggingface/trl issue 1623 (EOS masked out of an SFT loss: the model never "
+               "learns to stop)",
+        cards=("loss-aggregation", "truncated-completions", "invariants"),
+        probe="completion [5, EOS, 7, EOS]: the mask should be [1, 1, 0, 0]; here it is [1, 0, 0, 0]",
+        fix="counting the EOS tokens up to and including t drops the first EOS itself: count those strictly "
+            "before t, so the mask ends on the first EOS"),
+    Bug("B15", "repeat_prompts", "prompts tiled instead of repeated (a group holds G different prompts)",
+        symptom="mixed_groups is 1 in every iteration: no group's G samples share one prompt; adv_group_mean "
+                "stays at rounding level, and the reward is not visibly hurt (a default run ends at 0.66 where a "
+                "healthy one reaches 0.67)",
+        stats=("mixed_groups", "adv_group_mean"),
+        source="PrimeIntellect-ai/prime-rl pull request 600 (prompts duplicated as [p1, p2] * n instead of [p1, p1, "
+               "p2, p2], so each GRPO group mixed different prompts)",
+        cards=("baseline-independence", "b-equals-g", "why-no-critic"),
+        probe="prompts ['1+2=', '3+4='], G = 2: the batch should be ['1+2=', '1+2=', '3+4=', '3+4=']; here it "
+              "is ['1+2=', '3+4=', '1+2=', '3+4=']",
+        fix="prompts * G lays the batch out p0, p1, ..., p0, p1, ...; batch_advantages groups consecutive "
+            "samples, so each prompt must be repeated G times in a row"),
+    Bug("B16", "setup_run", "the reference is the live policy (KL measures nothing)",
+        symptom="the logged KL to the reference stays near 0 (0.02 on average over the last 10 iterations, where "
+                "a healthy run logs 0.20) and ref_gap is exactly 0 in every iteration; the reward is as high as a "
+                "healthy run's or higher (0.69 where a healthy run reaches 0.67)",
+        stats=("kl", "ref_gap"),
+        source="huggingface/trl issue 2046 (one model object passed as both policy and ref_policy to PPO and RLOO, so "
+               "the KL anchor moved with the policy; the issue asks for a same-object check)",
+        cards=("ref-not-old", "kl-vs-clip", "beta-cost"),
+        probe="take one optimizer step on the policy and score a prompt with the reference before and after: "
+              "the reference's logits should not change; here they move with the policy's",
+        fix="the reference must be a frozen copy of the starting policy (deepcopy, eval, no grad), not another "
+            "name for the model being trained"),
+    Bug("B17", "decode_completions", "reward text runs past EOS",
+        symptom="the reward starts well below the SFT model's (0.17 at the first iteration, where a healthy run "
+                "starts at 0.27) and ends far lower (0.38 where a healthy run reaches 0.67); text_mismatch counts 11 "
+                "to 105 completions per iteration",
+        stats=("reward", "text_mismatch"),
+        source="ZHZisZZ/dllm issue 118 (GRPO text rewards decoded from the full fixed-length completion, so tokens "
+               "after the first EOS change the reward)",
+        cards=("truncated-completions", "invariants", "debug-method"),
+        probe="tokens '1', '9', EOS, '3' with the mask through EOS: the text should be '19'; here it is '193'",
+        fix="the sampler writes T tokens per row; what follows the first EOS is not part of the answer: blank it "
+            "with the mask before decoding"),
 ]
 BUG_IDS = [b.id for b in BUGS]
+PLUMBING_IDS = BUG_IDS[11:]
+"""the bugs of the LM plumbing (padding, positions, masks, EOS, groups, the reference): notebook 08; notebook 01
+has the others"""
 _BY_ID = {b.id: b for b in BUGS}
 
 
 def bug(bug_id: str) -> Bug:
-    """The catalog entry for `bug_id` ('B1'..'B11'); ValueError for an unknown id."""
+    """The catalog entry for `bug_id` ('B1'..'B17'); ValueError for an unknown id."""
     try:
         return _BY_ID[bug_id]
     except KeyError:

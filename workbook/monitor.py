@@ -77,7 +77,7 @@ class CheckInfo:
     why: str
     """what is broken when it fails"""
     catches: str
-    """catalog bugs (B1..B11) or regimes it flags"""
+    """catalog bugs (B1..B17) or regimes it flags"""
     unless: str = ""
     """when the check is waived"""
     finite: tuple = ()
@@ -104,10 +104,21 @@ CHECK_INFO = {
         "came from other prompts' rewards (float32 rounding gives ~1e-8)", "B9 (only when B does not divide G)"),
     "training log-probs match the sampler": CheckInfo(
         ("logprob_gap",), "the loss is computed on a different distribution from the one that drew the tokens",
-        "B6 (shift), B10 (temperature)"),
+        "B6 (shift), B10 (temperature), B12 (positions), B13 (sampler without the attention mask)"),
+    "each group holds one prompt": CheckInfo(
+        ("mixed_groups",), "a group that mixes prompts is centred on other prompts' rewards: its baseline is a "
+        "batch mean, not the prompt's own", "B15"),
+    "masks end at the first EOS": CheckInfo(
+        ("mask_eos_mismatch",), "the EOS is left out of the loss (stopping is never trained), or tokens after it "
+        "are trained", "B14"),
+    "reward text stops at EOS": CheckInfo(
+        ("text_mismatch",), "the reward scores characters the policy sampled after it stopped", "B17"),
+    "reference frozen, not the live policy": CheckInfo(
+        ("ref_gap",), "the reference moves with the policy, so the KL term anchors to the policy that sampled, "
+        "not to the SFT model", "B16", "iteration 0 or lr = 0"),
     "ratio == 1 at the first inner step": CheckInfo(
         ("ratio_first_maxdev",), "old log-probs and training log-probs come from different computations "
-        "(dropout in train mode, a different forward path)", "dropout > 0; none of B1..B11 alone"),
+        "(dropout in train mode, a different forward path)", "dropout > 0; no catalogued bug alone"),
     "ratio moves after updates": CheckInfo(
         ("ratio_last_maxdev",), "old log-probs are recomputed from the current policy: clipping is dead, no "
         "trust region", "B3", "one inner step, lr = 0 or every group constant"),
@@ -151,6 +162,21 @@ PROBE_INFO = {
         f"|mean k3 - exact KL| <= {_f.KL_TOL:g} over {_f.PROBE_DRAWS} tokens drawn from pi",
         "the reversed log-ratio is still >= 0 (so the per-iteration KL check passes) but estimates another "
         "quantity", "B8"),
+    "completion mask covers the first EOS and nothing after it": (
+        "completion_mask([5, EOS, 7, EOS]) == [1, 1, 0, 0]",
+        "the EOS is an action the policy takes: it is trained, and nothing after it is", "B14"),
+    "prompts repeated group by group": (
+        "repeat_prompts(['1+2=', '3+4='], 2) == ['1+2=', '1+2=', '3+4=', '3+4=']",
+        "advantages are normalised over consecutive samples, so each run of G must be one prompt's", "B15"),
+    "reward text stops at the first EOS": (
+        "decode_completions of '1', '9', EOS, '3' == '19'",
+        "what the sampler drew after the EOS is not part of the answer", "B17"),
+    "sampler and trainer log-probs agree on an unpadded row": (
+        f"max |sampler - trainer log-prob| <= {_f.GAP_TOL:g} on an unpadded prompt's completion (random tiny "
+        "TinyLM, temperature 0.7)", "the trainer scores another distribution than the sampler's", "B6, B10"),
+    "sampler and trainer log-probs agree on a left-padded row": (
+        "the same on a prompt left-padded by two tokens, while the unpadded row agrees",
+        "sampler and trainer treat left padding differently (position ids, attention mask)", "B12, B13"),
     "gradients clipped to max_grad_norm": (
         f"global grad norm after optimizer_step <= max_grad_norm + {_f.GRAD_TOL:g} (max_grad_norm = 1)",
         "one outlier batch can make an arbitrarily large update", "B11"),

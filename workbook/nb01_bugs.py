@@ -14,7 +14,7 @@ import torch
 
 import grpo_buggy
 import grpo_fixed
-from workbook.catalog import BUG_IDS, bug, hybrid
+from workbook.catalog import BUG_IDS, PLUMBING_IDS, bug, hybrid
 from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
 from workbook.swap import fixed_with
 
@@ -173,7 +173,8 @@ def masked_mean_figure(estimates, paddings: dict, *, width: int = 8):
 # ----------------------------------------------------------------------------------------------
 # Ablation: the fixed trainer, the buggy one, and the fixed one with each single bug switched on
 
-ABLATION_RUNS = ["fixed", "buggy", *BUG_IDS]
+ABLATION_RUNS = ["fixed", "buggy", *(b for b in BUG_IDS if b not in PLUMBING_IDS)]
+"""notebook 01's runs (notebook 08 runs the LM-plumbing bugs)"""
 
 
 def with_exact_kl(module):

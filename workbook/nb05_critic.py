@@ -218,14 +218,16 @@ def count_passes(task=None, *, baseline="group", critic_fns: CriticFunctions | N
     counts, handles = {}, []
 
     def counter(name):
-        def hook(network, args, output):
+        def hook(network, args, kwargs, output):
             kind = "forward+backward" if torch.is_grad_enabled() else "forward"
             calls, rows = counts.get((name, kind), (0, 0))
-            counts[(name, kind)] = (calls + 1, rows + args[0].shape[0])
+            input_ids = args[0] if args else kwargs["input_ids"]  # the trainer calls policy(**sequence_inputs(...))
+            counts[(name, kind)] = (calls + 1, rows + input_ids.shape[0])
         return hook
 
     def attach(networks):
-        handles.extend(net.register_forward_hook(counter(name)) for name, net in networks.items() if net is not None)
+        handles.extend(net.register_forward_hook(counter(name), with_kwargs=True)
+                       for name, net in networks.items() if net is not None)
 
     try:
         train_with_baseline(task, baseline=baseline, critic_fns=critic_fns, on_setup=attach,

@@ -201,7 +201,7 @@ def stale_rollout(k: int, anchor: str, fixed_rollout, fixed_policy_logprobs, fix
         stats["current_reward"] = current_reward(policy, tokenizer, task, batch, cfg, len(log_w))
         if anchor != "behaviour":
             batch["old_logprobs"] = current
-            stats.update(fixed_rollout_stats(batch, cfg.group_size))
+            stats.update(fixed_rollout_stats(batch, cfg.group_size, tokenizer))
         return batch, stats
 
     return rollout
@@ -212,9 +212,9 @@ def current_reward(policy, tokenizer, task, batch, cfg, iteration: int) -> float
     """Mean reward of the current policy on the batch's prompts (G samples each), sampled with a generator of
     its own (seeded by the iteration), so the training run's random stream is untouched."""
     generator = torch.Generator().manual_seed(10_000 + iteration)
-    completions, *_ = grpo_fixed.generate(policy, tokenizer, batch["prompt_ids"], batch["prompt_mask"],
-                                          task.max_completion_length, cfg.temperature, generator)
-    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    completions, mask, _, _ = grpo_fixed.generate(policy, tokenizer, batch["prompt_ids"], batch["prompt_mask"],
+                                                  task.max_completion_length, cfg.temperature, generator)
+    texts = grpo_fixed.decode_completions(tokenizer, completions, mask)  # up to the first EOS
     return task.reward(batch["prompts"], texts).mean().item()
 
 
@@ -266,16 +266,19 @@ need 1 + 14 + 196 = 211."""
 
 
 def completion_count(vocab_size: int, max_completion_length: int) -> int:
-    """Distinct completions generate can return: a first EOS after l = 0 .. T-1 other tokens (any of V - 1),
+    """Distinct completions generate can return, counted up to the first EOS (what the mask keeps; the tokens
+    sampled after it are masked out and never scored): a first EOS after l = 0 .. T-1 other tokens (any of V - 1),
     or T tokens without EOS: sum_{l<T} (V-1)^l + (V-1)^T."""
     words = vocab_size - 1
     return sum(words**length for length in range(max_completion_length)) + words**max_completion_length
 
 
 def completion_tree(tokenizer, max_completion_length: int):
-    """Every distinct completion the twins' generate can return (a first EOS at position t, then PAD; or no
-    EOS at all), and the prefixes y_<t they condition on. generate samples from the whole vocabulary, so a
-    non-final token is any of the V - 1 ids other than EOS (PAD and BOS included, however unlikely).
+    """Every distinct completion the twins' generate can return, up to its first EOS (a first EOS at position
+    t, or no EOS at all), and the prefixes y_<t they condition on. generate samples from the whole vocabulary,
+    so a non-final token is any of the V - 1 ids other than EOS (PAD and BOS included, however unlikely).
+    generate leaves whatever it sampled after the first EOS in place, but the mask hides it from the loss and
+    decode_completions from the reward, so one row stands for all of them: PAD fills it here.
 
     -> dict(completions (S, T), mask (S, T) as generate builds it, texts: the S decoded completions as
     rollout decodes them, prefixes: list over length l of (n_l, l) tensors of EOS-free prefixes, node (S, T):
@@ -283,7 +286,7 @@ def completion_tree(tokenizer, max_completion_length: int):
     T, eos, pad = max_completion_length, tokenizer.eos_token_id, tokenizer.pad_token_id
     words = [w for w in range(tokenizer.vocab_size) if w != eos]
     rows = []
-    for length in range(1, T + 1):  # the first EOS at position length - 1, PAD after it
+    for length in range(1, T + 1):  # the first EOS at position length - 1, PAD (masked filler) after it
         rows += [list(p) + [eos] + [pad] * (T - length) for p in itertools.product(words, repeat=length - 1)]
     rows += [list(p) for p in itertools.product(words, repeat=T)]  # never stopped
     completions = torch.tensor(rows)  # (S, T)
@@ -293,7 +296,7 @@ def completion_tree(tokenizer, max_completion_length: int):
     index = {p: i for i, p in enumerate(itertools.chain(*prefixes))}
     node = torch.tensor([[index.get(tuple(row[:t]), 0) for t in range(T)] for row in rows])  # (S, T); 0 if masked
     prefixes = [torch.tensor(p, dtype=torch.long).view(len(p), length) for length, p in enumerate(prefixes)]
-    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    texts = grpo_fixed.decode_completions(tokenizer, completions, mask)
     return dict(completions=completions, mask=mask, texts=texts, prefixes=prefixes, node=node)
 
 

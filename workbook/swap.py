@@ -53,12 +53,30 @@ def _require_function(module: types.ModuleType, site: str) -> None:
 
 def _rebind(fn: types.FunctionType, module: types.ModuleType) -> types.FunctionType:
     """A copy of `fn` whose global names resolve in `module`; the names it needs that `module` lacks are
-    carried over from fn's own globals first (functions among them rebound the same way)."""
+    carried over from fn's own globals first (functions among them rebound the same way). A decorated function
+    (`@torch.no_grad()`, any functools.wraps wrapper that holds the function in its closure) keeps its wrapper
+    around a rebound copy of the function it wraps."""
+    inner = getattr(fn, "__wrapped__", None)
+    if isinstance(inner, types.FunctionType) and any(_holds(cell, inner) for cell in fn.__closure__ or ()):
+        rebound = _rebind(inner, module)
+        cells = tuple(types.CellType(rebound) if _holds(cell, inner) else cell for cell in fn.__closure__)
+        new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, cells)
+        new.__kwdefaults__, new.__doc__, new.__qualname__ = fn.__kwdefaults__, fn.__doc__, fn.__qualname__
+        new.__dict__.update(fn.__dict__)
+        new.__wrapped__ = rebound
+        return new
     _carry_missing_globals(fn, module)
     new = types.FunctionType(fn.__code__, module.__dict__, fn.__name__, fn.__defaults__, fn.__closure__)
     new.__kwdefaults__, new.__doc__, new.__qualname__ = fn.__kwdefaults__, fn.__doc__, fn.__qualname__
     new.__dict__.update(fn.__dict__)
     return new
+
+
+def _holds(cell, value) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
 
 
 def _carry_missing_globals(fn: types.FunctionType, module: types.ModuleType) -> None:

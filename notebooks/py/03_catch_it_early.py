@@ -85,6 +85,10 @@ SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
 # | $\rho_t \ne 1$ at the last inner step (the optimizer has moved $\theta$) | `ratio_last_maxdev` |
 # | $k_3 = e^{x} - x - 1 \ge 0$ for $x = \log\pi_{\text{ref}} - \log\pi$ (since $e^x \ge 1 + x$) | `kl` |
 # | $H(\pi) > 0$ until solved (a deterministic policy makes every group constant) | `entropy` |
+# | the $G$ samples of a group share one prompt (the group mean is that prompt's baseline) | `mixed_groups` |
+# | the mask is True up to and including the first EOS, False after it | `mask_eos_mismatch` |
+# | the reward text is the decode of the masked tokens (nothing after the first EOS) | `text_mismatch` |
+# | $\log\pi_{\text{ref}} \ne \log\pi_{\text{old}}$ after the first update (the reference stays frozen) | `ref_gap` |
 #
 # Some checks are not invariants but **ranges** (clip fraction, zero-variance groups, gradient norm): they
 # flag a regime in which training cannot work, whatever the code. The per-iteration checks, each range and
@@ -257,9 +261,15 @@ rows = [[name, "FAIL" if name in pre_buggy.preflight_failures else "pass",
          "FAIL" if name in pre_fixed.preflight_failures else "pass", info[2]]
         for name, info in PROBE_INFO.items()]
 display(Markdown(markdown_table(["probe", "grpo_buggy", "grpo_fixed", "catches"], rows)))
-assert pre_fixed.preflight_failures == [] and sorted(pre_buggy.preflight_failures) == sorted(PROBE_INFO)
+padded_probe = "sampler and trainer log-probs agree on a left-padded row"  # tried only once the unpadded row agrees
+assert pre_fixed.preflight_failures == [] and padded_probe not in pre_buggy.preflight_failures
+assert sorted(pre_buggy.preflight_failures) == sorted(p for p in PROBE_INFO if p != padded_probe)
 
 # %% [markdown]
+# The buggy twin fails every probe but one: *agree on a left-padded row* is tried only once the unpadded row
+# agrees, and the buggy twin's unpadded row is already off (B6, B10), so its B12 and B13 stay behind that
+# failure (each alone fails the padded probe: notebook 03 §6).
+#
 # ## 5. The buggy twin under the monitor
 #
 # `watch` = preflight, then `train(on_iteration=monitor)`. `grpo_buggy.train` has no checks of its own:
@@ -270,10 +280,10 @@ mon_buggy = HealthMonitor()
 hist_buggy = mon_buggy.watch(grpo_buggy, **RUN)
 print(mon_buggy.report())
 first_buggy = mon_buggy.first_iteration_failure()
-assert first_buggy[0] == 0 and len(first_buggy[1]) == 6 and len(mon_buggy.preflight_failures) == 7
+assert first_buggy[0] == 0 and len(first_buggy[1]) == 8 and len(mon_buggy.preflight_failures) == 11
 
 # %% [markdown]
-# Six per-iteration checks fire at iteration 0 (seven probes fired before it). Several bugs hide behind
+# Eight per-iteration checks fire at iteration 0 (eleven probes failed before it). Several bugs hide behind
 # each other here (NaN advantages make the loss NaN, which makes the gradient NaN), which is why the next
 # section switches the bugs on one at a time.
 #
@@ -317,8 +327,10 @@ print(f"B1 at iteration 0: clip_frac_neg = {b1['clip_frac_neg']:.3f}, grad_norm 
       f"logprob_gap = {b1['logprob_gap']:.1e}")
 b8_grad = [s["grad_norm"] for s in hybrid_monitors["B8"].history]
 print("B8 grad_norm per iteration:", " ".join(f"{g:.1f}" for g in b8_grad))
-assert caught == len(table) and by_iteration == ["B3", "B6", "B9", "B10"]
-assert all(first_it[b] == 0 for b in by_iteration)  # every wiring bug flagged at iteration 0
+assert caught == len(table) and by_iteration == ["B3", "B9", "B16"]
+at_zero = ["B1", "B3", "B6", "B9", "B10", "B12", "B13", "B14", "B15", "B17"]
+assert [b for b, it in first_it.items() if it == 0] == at_zero  # every wiring bug but B16 flagged at iteration 0
+assert first_it["B16"] == 1  # its check is waived at iteration 0, where ref_gap is 0 in a correct run too
 assert no_stat == ["B4", "B5", "B7", "B11"]
 assert first_it["B2"] == 2 and [s["zero_var_groups"] > 0 for s in b2][:3] == [False, False, True]
 assert hybrid_monitors["B1"].first_iteration_failure() == (0, ["clip fraction moderate", "grad norm bounded"])
@@ -326,14 +338,16 @@ assert b1["logprob_gap"] <= STATS["logprob_gap"].hi  # B1 is invisible to logpro
 assert first_it["B8"] == 3 and b8_grad[3] > STATS["grad_norm"].hi > max(b8_grad[:3])
 
 # %% [markdown]
-# Every bug is flagged before or at iteration 0 (the preflight or a statistic), and the two halves split cleanly.
+# Every bug is flagged, all but one before or at iteration 0 (the preflight or a statistic); B16 at iteration 1.
 # The failure map of the table, per bug, the first iteration a per-iteration check flags (printed above):
-# B1, B3, B6, B9 and B10 at iteration 0, B2 at iteration 2, B8 at iteration 3, B4, B5, B7 and B11 never
-# within 6 iterations.
+# B1, B3, B6, B9, B10, B12, B13, B14, B15 and B17 at iteration 0, B16 at iteration 1, B2 at iteration 2, B8 at
+# iteration 3, B4, B5, B7 and B11 never within 6 iterations.
 #
 # * **Bugs in a building block with a closed-form answer** (sampler, advantage of a constant group,
 #   loss gradient at $\rho = 1$, all-masked loss, log-prob of a large logit, KL estimator, gradient
-#   clipping) are caught by the preflight. B4, B5, B7 and B11 trip no training statistic at all
+#   clipping, the completion mask, the prompt layout, the reward's decode) are caught by the preflight. B14,
+#   B15 and B17 also trip a statistic that is exactly 0 in a correct trainer (`mask_eos_mismatch`,
+#   `mixed_groups`, `text_mismatch`) at iteration 0. B4, B5, B7 and B11 trip no training statistic at all
 #   within 6 iterations. B2 does only once a group is constant: the SFT model's groups all carry signal
 #   at iterations 0 and 1, and the first constant group (`zero_var_groups` 1/6) comes at iteration 2.
 #   B8 trips `grad norm bounded` at iteration 3: a symptom, late, and not of a policy far from the
@@ -342,9 +356,15 @@ assert first_it["B8"] == 3 and b8_grad[3] > STATS["grad_norm"].hi > max(b8_grad[
 #   $\log\mathrm{softmax}(z)$ of the token it drew, not the probability the buggy sampler actually used, so
 #   `logprob_gap` cannot see it (within its rounding range under B1, printed). A statistic only catches what
 #   it measures.
-# * **Bugs in how the pieces are wired** (old log-probs recomputed, a shifted or untempered training
-#   log-prob, groups reshaped along the wrong axis) pass every probe: each piece is correct on its own.
-#   Only statistics of a real batch see them, and they do at iteration 0.
+# * **Bugs in how the pieces are wired** (old log-probs recomputed, groups reshaped along the wrong axis) pass
+#   every probe: each piece is correct on its own. Only statistics of a real batch see them, and they do at
+#   iteration 0 (B3, B9). The sampler-vs-trainer wiring (a shifted or untempered training log-prob, B6 and B10;
+#   a training forward without position ids or a sampler without the attention mask, B12 and B13) has a probe
+#   of its own: a random tiny model samples a few tokens after an unpadded and a left-padded prompt, and the
+#   trainer must score them as the sampler did. They fail it, and `logprob_gap` at iteration 0.
+# * **The live reference (B16)** has no probe (the reference is the state of a run, not the output of a
+#   function on a tiny input), and its check is waived at iteration 0, where `ref_gap` is 0 in a correct trainer
+#   too: it fires at iteration 1, the first rollout after an update.
 #
 # **What B8's spike is, and what it is not.** B8 computes $k_3$ with the log-ratio reversed: with
 # $x = \log\pi_\text{ref} - \log\pi$ it uses $e^{-x} + x - 1 = \pi/\pi_\text{ref} - 1 - \log(\pi/\pi_\text{ref})$
@@ -451,7 +471,8 @@ assert sparse_fixed.first_flags() == [("clip fraction moderate", 0), ("groups ca
 #
 # ### 6.3 Checks that guard against things outside the catalog
 #
-# `ratio == 1 at the first inner step` catches none of B1..B11 alone (B3 makes the ratio *trivially* 1).
+# `ratio == 1 at the first inner step` catches none of the catalogued bugs B1..B17 alone (B3 makes the ratio
+# *trivially* 1).
 # It exists for the classic interview trace "print the ratio, it is not 1 at step 1, why?": for example
 # dropout active in train mode while the old log-probs were cached in eval mode. `clip fraction moderate`
 # flags steps too large for the trust region:
@@ -491,7 +512,8 @@ pad_tok = CharTokenizer(pad_task.alphabet)
 pad_prompts, pad_answers = ["12+7=", "3+4="], ["19", "7"]
 answer_rows = [pad_tok.encode(a, add_bos=False) + [pad_tok.eos_token_id] for a in pad_answers]
 T_pad = max(map(len, answer_rows))
-completion = torch.full((2, T_pad), pad_tok.pad_token_id)  # (N, T) right-padded after EOS, as generate() leaves it
+completion = torch.full((2, T_pad), pad_tok.pad_token_id)  # (N, T): PAD after EOS is a masked filler here
+# (generate leaves what it sampled after the first EOS in place; the mask hides it)
 completion_mask = torch.zeros(2, T_pad, dtype=torch.bool)  # (N, T)
 for i, row in enumerate(answer_rows):
     completion[i, : len(row)], completion_mask[i, : len(row)] = torch.tensor(row), True
@@ -746,13 +768,14 @@ assert 0 < hist_fixed[-1]["kl"] < 0.5 and hist_fixed[-1]["reward"] > 0.4
 #
 # * `logprob_gap` of the fixed twin stays at float32 rounding over the whole run (a few $10^{-6}$: the sampler
 #   scores each token in the KV-cache forward, the training pass in one forward over the whole sequence, two
-#   code paths that round differently); the buggy twin's never drops below 10 (B6 and B10). The threshold
-#   (printed with it) sits more than an order of magnitude above the rounding and three below the bug.
+#   code paths that round differently); the buggy twin's stays near 10 (its minimum is printed; B6 and B10, with
+#   B12 and B13 on the left-padded rows). The threshold (printed with it) sits more than an order of magnitude
+#   above the rounding and three below the bug.
 # * The buggy twin's loss is NaN at every iteration (B2, B5, B7 together), so every step is skipped: the
-#   policy never leaves the reference, its `kl` is 0 at the end, and its reward stays near 0 (B1 samples
-#   from the wrong distribution). `ratio_last_maxdev` is 0 at the last iteration and the clip fractions are
-#   flat at 0: a zero clip fraction over a whole run is itself suspicious (B3 makes the ratio the loss sees
-#   exactly 1).
+#   policy never leaves its starting point, its `kl` is 0 at the end (and under B16 the reference *is* the
+#   policy), and its reward stays near 0 (B1 samples from the wrong distribution, B17 scores the text past
+#   EOS). `ratio_last_maxdev` is 0 at the last iteration and the clip fractions are flat at 0: a zero clip
+#   fraction over a whole run is itself suspicious (B3 makes the ratio the loss sees exactly 1).
 # * The fixed twin's KL to the reference stays small while its reward climbs (both printed).
 #
 # ## 10. Which checks fire, iteration by iteration
@@ -780,16 +803,17 @@ w = live_plot(fig, update_failures, iteration=slider(LAST, 0, LAST, 1, "iteratio
 display(w)
 
 # %%
-starved = mon_buggy.first_failure["groups carry signal"]  # the first iteration with one more failing check
+later = mon_buggy.first_failure["reference frozen, not the live policy"]  # one more failing check (B16)
 seconds = []
-for it in (starved, 0):  # ends at iteration 0: the displayed figure shows it too
+for it in (later, 0):  # ends at iteration 0: the displayed figure shows it too
     start = time.perf_counter()
     r = set_value(w, "iteration", it)
     seconds.append(time.perf_counter() - start)
     print(f"iteration {r['iteration']}: buggy {len(r['buggy'])} [{'; '.join(r['buggy'])}]")
     print(f"             fixed {len(r['fixed'])} [{'; '.join(r['fixed'])}]")
     assert r["buggy"] == mon_buggy.failures[it] and r["fixed"] == [] and f"iteration={it}<" in w.status.value + "<"
-assert len(r["buggy"]) == 6 and w.values() == {"iteration": 0}
+assert later == 1 and len(mon_buggy.failures[later]) == 9
+assert len(r["buggy"]) == 8 and w.values() == {"iteration": 0}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -807,9 +831,11 @@ print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider m
 # > * Put a statistical probe's tolerance many standard deviations from the noise and far from the bug;
 # >   compute both numbers, as in notebook 03 §1.
 # > * Probe building blocks with tiny inputs before training (sampler vs softmax, constant group, gradient
-# >   at $\rho = 1$, all-masked loss, large logits, KL estimator bias, clipping): bugs with a closed-form
-# >   answer are caught there and often by nothing else.
-# > * Wiring bugs (B3, B6, B9, B10) pass every probe and fail a statistic at iteration 0.
+# >   at $\rho = 1$, all-masked loss, large logits, KL estimator bias, clipping, completion mask, prompt
+# >   repeat, decode up to EOS): bugs with a closed-form answer are caught there and often by nothing else.
+# > * Wiring bugs fail a statistic at iteration 0 (a live reference, B16, at iteration 1, once the policy has
+# >   moved). B3 and B9 pass every probe; B6, B10, B12 and B13 are caught before training only by a probe that
+# >   runs the real sampler and the real trainer forward on a tiny model (unpadded and left-padded rows).
 # > * Choose test shapes that cannot hide a bug: with $B = G$ a transposed reshape is a no-op, and with $B$
 # >   dividing $G$ it is invisible to the centring check.
 # > * Make it strict in CI and in the first minutes of a run: crash at the first failure.

@@ -19,7 +19,8 @@
 #
 # After this notebook you can:
 # - state a four-step debugging method and apply it to any RL trainer;
-# - for each catalogued bug of `grpo_buggy.py`, give **the tiny input that exposes it**, the buggy and the
+# - for each of the catalog's first eleven bugs of `grpo_buggy.py` (B1-B11; notebook 08 takes the six in the LM
+#   plumbing, B12-B17), give **the tiny input that exposes it**, the buggy and the
 #   correct number, the symptom you would see in the training logs, and the logged statistic
 #   (`grpo_support.STATS`) or preflight probe (`grpo_fixed.preflight`) that catches it;
 # - say which bugs cost reward on the toy task and which stay hidden there (and where they bite instead);
@@ -90,7 +91,7 @@ import grpo_fixed
 import grpo_support
 from tinylm import CausalLMOutput
 from workbook import nb01_bugs
-from workbook.catalog import BUG_IDS, BUGS, hybrid
+from workbook.catalog import BUG_IDS, BUGS, PLUMBING_IDS, hybrid
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
 from workbook.run_summary import final_reward
@@ -99,8 +100,10 @@ from workbook.widgets import live_plot, set_value, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 torch.manual_seed(0)
-HYBRID = {b: hybrid(b) for b in BUG_IDS}  # grpo_fixed with one bug switched back on
-print("bugs:", ", ".join(f"{b.id} {b.function}" for b in BUGS))
+NB01_IDS = [b for b in BUG_IDS if b not in PLUMBING_IDS]  # B1-B11; notebook 08 takes the LM plumbing, B12-B17
+HYBRID = {b: hybrid(b) for b in NB01_IDS}  # grpo_fixed with one bug switched back on
+print("bugs here:", ", ".join(f"{b.id} {b.function}" for b in BUGS if b.id in NB01_IDS))
+print("in notebook 08:", ", ".join(f"{b.id} {b.function}" for b in BUGS if b.id in PLUMBING_IDS))
 
 # %% [markdown]
 # ### 1.1 Log shapes and stats of one tiny rollout
@@ -142,7 +145,9 @@ buggy_batch = tiny["grpo_buggy"].batch
 assert (buggy_batch["rewards"] == 0).all() and buggy_batch["advantages"].isnan().all()  # constant groups, 0/0
 
 # %% [markdown]
-# Three lines of that log should stop a careful reader:
+# (Each range covers every entry, the masked ones included: after a row's first EOS, `generate` leaves what it
+# sampled in place and the mask hides it from the loss and the reward.) Four lines of that log should stop a
+# careful reader:
 # - **`advantages` has 8 non-finite values** in the buggy twin (all of them), 0 in the fixed one.
 # - **`sampler_logprobs` and `old_logprobs` differ** in the buggy twin (`logprob_gap` 9.8637, outside its healthy
 #   range): both are the log-prob of the same token under the same weights before any update, so they must be
@@ -152,6 +157,9 @@ assert (buggy_batch["rewards"] == 0).all() and buggy_batch["advantages"].isnan()
 #   from the wrong distribution (B1, notebook 01 §2), so every group is constant, and without $\epsilon$ a
 #   constant group gives 0/0 (B2, notebook 01 §3). The fixed twin's texts are near misses and one hit ('77').
 #   That all-NaN table also hides the grouping bug (B9, notebook 01 §10).
+# - The buggy **prompts** alternate ('44+33=', '39+10=', '44+33=', ...) where the fixed twin repeats each prompt
+#   $G$ times in a row, so a buggy "group" of four samples holds two prompts: B15, one of the six LM-plumbing bugs
+#   of notebook 08 (the buggy twin carries all 17; this notebook takes B1-B11).
 #
 # ### 1.2 Hand calculation first
 # $A_i = (r_i - \bar r)/(\sigma + \epsilon)$. For $r = (0, 1, 0, 1)$: $\bar r = 0.5$, $\sigma = 0.5$, so
@@ -183,16 +191,21 @@ print("preflight(grpo_buggy) fails:")
 for name in grpo_fixed.preflight(grpo_buggy):
     print("  -", name)
 print("\nsingle-bug hybrids:")
-probe_failures = {b: grpo_fixed.preflight(HYBRID[b]) for b in BUG_IDS}
+probe_failures = {b: grpo_fixed.preflight(HYBRID[b]) for b in NB01_IDS}
 for b, failed in probe_failures.items():
     print(f"  {b:4s} {failed or '(passes every probe)'}")
-assert [b for b, failed in probe_failures.items() if not failed] == ["B3", "B6", "B9", "B10"]
+assert [b for b, failed in probe_failures.items() if not failed] == ["B3", "B9"]
+unpadded_probe = "sampler and trainer log-probs agree on an unpadded row"
+assert probe_failures["B6"] == probe_failures["B10"] == [unpadded_probe]
 
 # %% [markdown]
-# Seven bugs fail a preflight probe. **B3, B6, B9 and B10 pass every probe**: they live in the training loop
-# (which tensors get compared, grouped or divided by the temperature), so they show up in the training
-# statistics instead (notebook 01 §13 lists which health check fires for each run), and B9 only for some batch
-# shapes (notebook 01 §10).
+# Nine of the eleven bugs fail a preflight probe. **B3 and B9 pass every probe**: they live in the training loop
+# (which tensors get compared, how rewards are grouped), so they show up in the training statistics instead
+# (notebook 01 §13 lists which health check fires for each run), and B9 only for some batch shapes
+# (notebook 01 §10). B6 and B10 are wiring bugs too (which logit scores a token, whether the training log-prob is
+# divided by the temperature), and only one probe sees them: *sampler and trainer log-probs agree on an unpadded
+# row*, in which a random tiny model samples a few tokens at temperature 0.7 and the trainer's code scores them
+# again. (The buggy twin also fails the probes of B14, B15 and B17: notebook 08.)
 #
 # > **You should know.** Print shapes and stats of every tensor of one tiny batch; check invariants that are
 # > *exactly* true (equal log-probs, zero-mean groups, ratio 1); hand-calculate one small case; then attack the
@@ -682,8 +695,9 @@ assert f"{gap_b6['B6']['logprob_gap']:.1f}" == "13.4"  # as quoted
 # confident model puts the shifted logit far from the right one, as the hand-made policy shows (on a fresh,
 # nearly uniform model the gap would be modest). The fixed twin's gap is float32 rounding (the KV-cache
 # sampler against one full forward), inside its healthy range. **Log symptom.** `logprob_gap` far outside its
-# healthy range from iteration 0. **Caught by** the health check *training log-probs match the sampler* (no
-# preflight probe: the building blocks are right, only their wiring is off by one). It costs a lot of reward
+# healthy range from iteration 0. **Caught by** the health check *training log-probs match the sampler*, and
+# by the one preflight probe that wires sampler and trainer together, *sampler and trainer log-probs agree on an
+# unpadded row* (the building blocks are right, only their wiring is off by one). It costs a lot of reward
 # (notebook 01 §13): the model is trained to raise the probability of the wrong prediction.
 #
 # > **You should know.** Position $l$ predicts token $l+1$; shift logits and targets against each other
@@ -916,13 +930,19 @@ plt.show()
 # are from the correct ones:
 
 # %%
+TOKENIZER = grpo_fixed.CharTokenizer(grpo_fixed.AdditionTask.alphabet)
+
+
 def logged_stats(rewards, advantages, group_size):
-    """rollout_stats of a batch that holds only rewards and advantages (B*G,) (one dummy token per sample)."""
+    """rollout_stats of a batch that holds only rewards and advantages (B*G,): one prompt per group, one EOS
+    token per sample, empty texts, all log-probs 0."""
     n = rewards.shape[0]
     zeros = torch.zeros(n, 1)  # (N, 1)
-    batch = dict(rewards=rewards, advantages=advantages, mask=torch.ones(n, 1, dtype=torch.bool),
-                 old_logprobs=zeros, sampler_logprobs=zeros, entropy=zeros)
-    return grpo_fixed.rollout_stats(batch, group_size)
+    batch = dict(prompts=[f"{i // group_size}=" for i in range(n)], texts=[""] * n,
+                 prompt_mask=torch.ones(n, 1), completions=torch.full((n, 1), TOKENIZER.eos_token_id),
+                 mask=torch.ones(n, 1, dtype=torch.bool), rewards=rewards, advantages=advantages,
+                 old_logprobs=zeros, sampler_logprobs=zeros, ref_logprobs=zeros, entropy=zeros)
+    return grpo_fixed.rollout_stats(batch, group_size, TOKENIZER)
 
 
 DRAWS = 5
@@ -965,7 +985,7 @@ assert all(row["max_diff"] > 0.5 for (B, G), row in invisible.items() if B != G)
 # %%
 run = nb01_bugs.tiny_rollout(HYBRID["B9"], prompts_per_batch=1)  # B = 1, G = 8
 records = HYBRID["B9"].update_policy(run.policy, run.optimizer, run.batch, run.cfg, run.generator)
-stats_b1 = {**run.stats, **grpo_fixed.summarize_inner_steps(records)}
+stats_b1 = {**run.stats, **grpo_fixed.summarize_inner_steps(records), "iteration": 0}  # a first rollout, as in train
 print(f"B = 1: rewards {[f'{r:.2f}' for r in run.batch['rewards'].tolist()]}")
 print(f"       advantages {run.batch['advantages'].tolist()}   ratio_last_maxdev {stats_b1['ratio_last_maxdev']:.1e}")
 print("       health checks that fail:", grpo_fixed.check_health(stats_b1, run.cfg))
@@ -1141,7 +1161,8 @@ plt.show()
 
 # %% [markdown]
 # **Log symptom.** `logprob_gap` outside its healthy range from iteration 0 whenever $T \ne 1$ (float32
-# rounding at $T = 1$). **Caught by** the health check *training log-probs match the sampler*.
+# rounding at $T = 1$). **Caught by** the health check *training log-probs match the sampler*, and by the
+# preflight probe *sampler and trainer log-probs agree on an unpadded row* (it samples at $T = 0.7$).
 # At the default $T = 0.8$ the
 # gap is 0.3149 on the tiny rollout and the reward cost is smaller than B6's (notebook 01 §13); notebook 02 shows
 # how it breaks the ratio.
@@ -1240,8 +1261,10 @@ print(f"\nfirst-iteration reward (the SFT model) {runs['fixed'][0]['reward']:.3f
 clipped = sum(s["grad_norm"] > cfg_ablation.max_grad_norm for s in runs["fixed"])
 print(f"fixed run: iterations whose max pre-clip grad norm exceeded max_grad_norm = {cfg_ablation.max_grad_norm}: "
       f"{clipped} of {cfg_ablation.steps}")
-same_as_fixed = [b for b in BUG_IDS if [s["reward"] for s in runs[b]] == [s["reward"] for s in runs["fixed"]]]
+same_as_fixed = [b for b in NB01_IDS if [s["reward"] for s in runs[b]] == [s["reward"] for s in runs["fixed"]]]
 print("runs whose reward is identical to the fixed run's at every iteration:", same_as_fixed)
+steps_per_iteration = cfg_ablation.inner_epochs * cfg_ablation.minibatches
+print(f"B2 at iteration 0: {runs['B2'][0]['nonfinite_steps']} of its {steps_per_iteration} inner steps skipped")
 
 # %%
 fig, (ax_bar, ax_curve) = plt.subplots(1, 2, figsize=(11, 3.2), layout="constrained", width_ratios=[3, 2])
@@ -1261,16 +1284,18 @@ assert same_as_fixed == ["B5", "B7", "B9"] and skipped["B5"] == skipped["B7"] ==
 assert all(0 in fired[b].values() for b in ("B3", "B6", "B10"))
 assert fired["B2"]["advantages finite"] == next(s["iteration"] for s in runs["B2"] if s["zero_var_groups"] > 0) == 0
 assert all(not fired[b] for b in ("B1", "B4", "B5", "B7", "B8", "B9", "B11"))
+assert fired["B2"]["reference frozen, not the live policy"] == 1  # iteration 0 skipped every step: nothing moved
+assert runs["B2"][0]["nonfinite_steps"] == steps_per_iteration
 assert clipped == cfg_ablation.steps  # the fixed run clips its gradient in every iteration
 quoted = " ".join(f"{final[k]:.3f}" for k in ("fixed", "buggy", "B1", "B6", "B4", "B3", "B2", "B8", "B10", "B11"))
-assert quoted == "0.419 0.014 0.017 0.280 0.345 0.378 0.414 0.445 0.452 0.441"  # the values the text quotes
+assert quoted == "0.419 0.002 0.017 0.280 0.345 0.378 0.414 0.445 0.452 0.441"  # the values the text quotes
 assert f"{runs['fixed'][0]['reward']:.3f} {skipped['B2']}" == "0.359 36"
 
 # %% [markdown]
 # What the table shows (one seed, one short run, so treat gaps of a few hundredths as noise):
 # - **The fixed trainer learns, slowly at this size**: from 0.359 at iteration 0 (the SFT model) to a final
 #   0.419 after 20 iterations of 8 prompts (the default run, 70 x 16, goes further). The fully buggy
-#   trainer ends at 0.014.
+#   trainer (all 17 bugs, the six of notebook 08 included) ends at 0.002.
 # - **Single bugs that cost reward here**: B1 (0.017: the sampler draws from the wrong distribution, so the
 #   SFT model's answers are lost from the first rollout on, notebook 01 §2) and B6 (0.280: the model is trained on
 #   a shifted conditional). B4 (0.345) and B3 (0.378) end lower too, B2 (0.414, with 36 of its 80 inner steps
@@ -1284,8 +1309,11 @@ assert f"{runs['fixed'][0]['reward']:.3f} {skipped['B2']}" == "0.359 36"
 #   the time, yet B11's Adam steps are scale-free enough that its run stays level here.
 #   Their regimes: the tiny inputs of notebook 01 §6, notebook 01 §8 and notebook 01 §10, notebook 02 (the
 #   ratio: B3, B10) and notebook 04 (KL penalty B8, gradient clipping B11).
-# - **How each bug is caught**: B3, B6 and B10 fail a health check from iteration 0 and no preflight probe;
-#   B2 fails *advantages finite* from iteration 0 (its first constant group) and a probe; B1, B4, B5, B7, B8
+# - **How each bug is caught**: B3 fails a health check from iteration 0 and no preflight probe; B6 and B10
+#   fail a health check from iteration 0 and a probe (notebook 01 §1.3); B2 fails *advantages finite* from
+#   iteration 0 (its first constant group) and a probe, and at iteration 1 *reference frozen, not the live
+#   policy* too: its NaN loss skipped all 4 inner steps of iteration 0, so the policy was still the reference (a
+#   symptom of B2, not a live reference; the check is waived only at iteration 0). B1, B4, B5, B7, B8
 #   and B11 fail no health check here, only their preflight probe (notebook 01 §1.3). B9 at $B = G$ is caught by
 #   nothing, and needs nothing: it computes the correct advantages there. It fails *advantages centred per
 #   group* whenever $B$ does not divide $G$ (notebook 01 §10).
@@ -1601,3 +1629,9 @@ plt.show()
 # 10. Unequal sequence lengths (or a ratio away from 1): with equal lengths and centred advantages the leaked
 #     term $-\frac1n\sum_i T_i\nabla A_i$ is exactly 0 (notebook 01 §15).
 # </details>
+#
+# **Next: notebook 08**, *Find the bugs, part 2: the LM plumbing (B12-B17)*. The buggy twin carries six more bugs,
+# in the LM plumbing around these functions (text to tensors and back, and where the reference comes from): the
+# training forward without position ids (B12), the sampler without the attention mask (B13), a completion mask
+# that stops before EOS (B14), prompts tiled instead of repeated (B15), the live policy as the reference (B16),
+# and reward text read past EOS (B17). Same method, same tiny inputs.

@@ -400,9 +400,10 @@ assert critic_error.var(unbiased=False) > 5 * lag**2  # most of the critic's err
 
 # %% [markdown]
 # **PAD and BOS.** The policy samples from the whole vocabulary, PAD and BOS included, and `rollout` decodes with
-# `skip_special_tokens=True`, so the answer with a PAD or BOS inserted also scores 1, and $V(x)$ above leaves those
-# completions out. How much: one completion of every prompt from the iteration-20 policy and from the SFT model
-# (where every run starts, notebook 05 §6.1), the special tokens among them counted, and an upper bound on the
+# `decode_completions` (the tokens up to the first EOS, special tokens dropped), so the answer with a PAD or BOS
+# inserted also scores 1, and $V(x)$ above leaves those completions out. How much: one completion of every prompt
+# from the iteration-20 policy and from the SFT model (where every run starts, notebook 05 §6.1), the special
+# tokens before each first EOS counted (after it the mask hides them), and an upper bound on the
 # probability $V(x)$ leaves out (`special_token_bound`: the chance of drawing PAD or BOS while still on the
 # answer's path, summed over its positions). Notebook 05 §4 and §6.5 reuse these completions.
 
@@ -663,7 +664,7 @@ critic_steps = SNAPSHOT * grpo_fixed.make_config(**RUN).inner_epochs * grpo_fixe
 scored = {}  # (model, values) -> explained variance over (all, s_0, later) states
 for name, model in (("SFT model", sft_model), ("iteration 20", policy20)):
     completions, mask = samples[name][:2]  # (2500, T) each
-    r = task.reward(every, tokenizer.batch_decode(completions, skip_special_tokens=True)).double()  # (2500,)
+    r = task.reward(every, grpo_fixed.decode_completions(tokenizer, completions, mask)).double()  # (2500,)
     returns = r[:, None].expand(mask.shape)  # (2500, T): lambda = 1, gamma = 1
     first = mask & (torch.arange(mask.shape[1]) == 0)  # (2500, T): s_0, the prompt state
     values = {"exact V(s_t)": nb05_critic.exact_state_values(model, tokenizer, every, completions, mask, T_SAMPLE)}
@@ -1166,7 +1167,7 @@ def exact_prefix_values(answer_logprobs, answer_ids, completion, reward):
 
 
 sampled, smask, slogp, _ = samples["iteration 20"]  # (2500, T) each: one completion per prompt (notebook 05 §3)
-texts = tokenizer.batch_decode(sampled, skip_special_tokens=True)
+texts = grpo_fixed.decode_completions(tokenizer, sampled, smask)  # up to the first EOS, as rollout decodes
 answers = [nb05_critic.answer(x) for x in every]
 ans_logp, ans_mask = nb05_critic.answer_logprobs(policy20, tokenizer, every, T_SAMPLE)  # (2500, Ta)
 near_miss = [i for i, (o, a) in enumerate(zip(texts, answers, strict=True)) if o != a and o[:1] == a[0]]

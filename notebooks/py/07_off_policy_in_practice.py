@@ -340,8 +340,9 @@ assert [m[name]["fires"] for name in nb07_off_policy.PRECISIONS] == [False, True
 # mismatch it accepts, and logs the mismatch KL beside it (notebook 07 §3 adds it as a statistic).
 #
 # **The gradient bias, exactly.** The sampler draws each token from all 15 ids (the 12 characters of
-# "0123456789+=" and PAD, BOS, EOS), so a completion is a first EOS after l = 0 … T−1 tokens from the 14
-# others, or T tokens without EOS. How many distinct completions that is, for the task's T = 5 and for
+# "0123456789+=" and PAD, BOS, EOS), so a completion (read up to its first EOS: what `generate` samples after
+# it is masked out of the loss and the reward) is a first EOS after l = 0 … T−1 tokens from the 14 others, or
+# T tokens without EOS. How many distinct completions that is, for the task's T = 5 and for
 # T = 3 (enough for every answer: "98" and EOS):
 
 # %%

@@ -249,9 +249,9 @@ assert (draws["fixed", PROBE_PADS].sampler_logprobs - draws["fixed", 0].sampler_
 assert (b13[PROBE_PADS].sampler_logprobs - b13[0].sampler_logprobs).abs().max() > 0.05
 
 # %% [markdown]
-# Both runs drew the same tokens (the same seed, and distributions close enough that every uniform draw fell in
-# the same token's bin), but B13's sampler gave them different log-probs behind the padding: it sampled from a
-# distribution conditioned on the PAD tokens. The logs see this through the trainer. Here is the gap
+# Both runs drew the same tokens (the same seed, and distributions close enough to give the same draws here), but B13's
+# sampler gave them different log-probs behind the padding: it sampled from a distribution conditioned on the PAD
+# tokens. The logs see this through the trainer. Here is the gap
 # |sampler − trainer| over the masked tokens of each row, for B12 (trainer wrong), B13 (sampler wrong) and the
 # fixed twin: the miniature of `logprob_gap` (padded row) against `logprob_gap_unpadded` (the row alone).
 
@@ -500,10 +500,10 @@ assert pure == {"B15": 0, "fixed": 2}
 # log-prob − old log-prob| over the sampled tokens) is exactly 0 in every iteration. The reward is as high as a
 # healthy run's, or higher.
 #
-# **Key fact.** The loss adds $\beta\,\mathrm{KL}(\pi_\theta \,\|\, \pi_{\text{ref}})$ to hold the policy near the
-# SFT model it started from; that works only if $\pi_{\text{ref}}$ stays fixed. `ref_policy = policy` is a second
-# name for the same parameters. Then at every rollout the cached reference log-probs equal the old log-probs, the
-# k3 estimate is exactly 0 at the first inner step, and at the later inner steps it measures the drift from
+# **Key fact.** The loss adds $\beta\,\mathrm{KL}(\pi_\theta \,\|\, \pi_{\text{ref}})$ to hold the policy near the SFT
+# model it started from; that works only if $\pi_{\text{ref}}$ stays fixed. `ref_policy = policy` is a second name for
+# the same parameters. Then at every rollout the cached reference log-probs equal the old log-probs, the k3 estimate is
+# 0 (up to float rounding) at the first inner step, and at the later inner steps it measures the drift from
 # $\pi_{\text{old}}$ within one rollout batch, not from the SFT model: the anchor moves with the policy. The fix is a
 # frozen copy, made once at set-up:
 
@@ -628,12 +628,12 @@ for ax, label, color in zip(axes, ("B17", "fixed"), (BUGGY, FIXED), strict=True)
 plt.show()
 
 # %% [markdown]
-# The right answer scores 0 because the sampler kept drawing after the policy stopped. The loss still covers only
-# the tokens through the EOS (the mask is right), so the reward now depends on tokens that are never trained: a
-# right answer followed by a digit is punished, the same answer followed by PAD or BOS (which decode to nothing) is
-# not, by chance. That is why the reward starts below the SFT model's at the very first iteration, before any
-# update. The report: ZHZisZZ/dllm issue 118 (GRPO text rewards decoded from the full fixed-length completion, so
-# tokens after the first EOS changed the reward).
+# The right answer scores 0 because the sampler kept drawing after the policy stopped. The loss still covers only the
+# tokens through the EOS (the mask is right), so the reward now depends on tokens that are never trained: a right answer
+# followed by a digit is punished, the same answer followed by PAD, BOS or another EOS (which decode to nothing) is not,
+# by chance. That is why the reward starts below the SFT model's at the very first iteration, before any update. The
+# report: ZHZisZZ/dllm issue 118 (GRPO text rewards decoded from the full fixed-length completion, so tokens after the
+# first EOS changed the reward).
 #
 # > **You should know.** The reward must score exactly what the policy wrote: its tokens through the first EOS.
 # > `generate()` pads finished rows for you; a fixed-length sampler does not, so blank the tail with the mask

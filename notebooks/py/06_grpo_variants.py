@@ -1529,13 +1529,14 @@ def overlong_penalty(cache):
 
 
 # %% [markdown]
-# **Tiny input.** T_max = 6, three completions as token ids (the tokenizer's EOS = 2, PAD = 0 after it):
-# [6, 4, EOS] (length 3), [5, 5, 5, 5, 5, EOS] (length 6, ends exactly at the limit) and
+# **Tiny input.** T_max = 6, three completions as token ids (the tokenizer's EOS = 2; `generate` leaves what it
+# sampled after the first EOS in place, and the mask hides it): [6, 4, EOS, 9, EOS, 3] (length 3: the first EOS
+# ends it), [5, 5, 5, 5, 5, EOS] (length 6, ends exactly at the limit) and
 # [7, 7, 7, 7, 7, 7] (truncated).
 
 # %%
-EOS, PAD = 2, 0  # tinylm.CharTokenizer's eos_token_id and pad_token_id
-completions = torch.tensor([[6, 4, EOS, PAD, PAD, PAD], [5, 5, 5, 5, 5, EOS], [7, 7, 7, 7, 7, 7]])
+EOS = 2  # tinylm.CharTokenizer's eos_token_id
+completions = torch.tensor([[6, 4, EOS, 9, EOS, 3], [5, 5, 5, 5, 5, EOS], [7, 7, 7, 7, 7, 7]])
 lengths = nb06_variants.completion_lengths(completions, EOS)
 cut = nb06_variants.truncated(completions, EOS)
 print("lengths", lengths.tolist(), " truncated", cut.tolist())

@@ -28,7 +28,9 @@
 #
 # 1. **Debug** a hand-out with bugs left in, against the clock: `make mock [BUGS=k]`, fix
 #    `practice/round_N.py` in place, `make grade`, `make hint [LEVEL=1|2|3]`. Behind it: notebook 01 (the
-#    method, then every bug on a tiny input) and notebook 03 (the assertions and logging that catch them).
+#    method, then bugs B1-B11 on tiny inputs), notebook 08 (the LM-plumbing bugs B12-B17: position ids,
+#    attention mask, EOS, prompt layout, reference, decoding) and notebook 03 (the assertions and logging that
+#    catch them).
 # 2. **From scratch**: write the spec's three public functions (or other functions of the trainer) from
 #    their docstrings: `make scratch [FUNCS=...|all]`, edit `practice/scratch_N.py`,
 #    `make grade FILE=practice/scratch_N.py`. Behind it: the spec, `SPEC.md`, one graded line per sentence (S15, the

@@ -8,10 +8,12 @@ The trainer imports this file the way a real hand-out imports `transformers`:
     logits = model(input_ids, attention_mask=mask, position_ids=pos).logits   # (N, L, V)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
 
-As in Hugging Face models, `position_ids` default to 0..L-1 for every row, whatever the attention mask says:
-a left-padded row must be given its positions (`attention_mask.cumsum(-1) - 1`), or its real tokens sit at
-shifted positions. (Hugging Face's `generate()` derives them from the attention mask by itself, in the model's
-`prepare_inputs_for_generation`; a hand-written forward pass for training must do the same.)
+As in GPT-2 and many other Hugging Face models (not all: some derive positions from the mask in their forward),
+`position_ids` default to 0..L-1 for every row, whatever the attention mask says: a left-padded row must be given
+its positions (`attention_mask.cumsum(-1) - 1`), or its real tokens sit at shifted positions; with learned
+absolute positions, as here, that changes the row's logits. (Hugging Face's `generate()` derives them from the
+attention mask by itself, in the model's `prepare_inputs_for_generation`; a hand-written forward pass for
+training must do the same.)
 The attention mask hides padded keys; a query always sees itself, so a padded row's outputs stay finite (and
 meaningless). `past_key_values` / `use_cache` give the usual key-value cache.
 

@@ -25,6 +25,7 @@ import logging  # HEALTH: failed health checks are logged
 import math
 import sys  # HEALTH: preflight probes this module by default
 import time
+import types  # HEALTH: the reference probe builds a stand-in task
 from dataclasses import dataclass
 
 import torch
@@ -436,6 +437,8 @@ def preflight(module=None, seed=0):
         failures.append("sampler and trainer log-probs agree on an unpadded row")
     elif padded_gap > GAP_TOL:
         failures.append("sampler and trainer log-probs agree on a left-padded row")
+    if not reference_is_a_frozen_copy(m, seed):
+        failures.append("reference is a frozen copy of the starting policy")
     net = nn.Linear(4, 1)
     m.optimizer_step(net, torch.optim.SGD(net.parameters(), lr=0.0), 1e3 * net(torch.ones(1, 4)).sum(), 1.0)
     if torch.cat([p.grad.flatten() for p in net.parameters()]).norm() > 1.0 + GRAD_TOL:
@@ -457,6 +460,16 @@ def padding_gaps(m, tokenizer, seed):
         logprobs = m.policy_logprobs(model, enc["input_ids"], enc["attention_mask"], completions, mask, 0.7)
     gap = (logprobs - sampler_logprobs).abs().masked_fill(~mask, 0)  # (8, 3)
     return gap[:4].max().item(), gap[4:].max().item()
+
+
+def reference_is_a_frozen_copy(m, seed):
+    """setup_run on a fresh-model task returns a reference that is not the policy, shares none of its parameter
+    tensors and needs no gradient. The global RNG (which setup_run seeds) is restored afterwards."""
+    task = types.SimpleNamespace(alphabet="0123456789", checkpoint=None)
+    with torch.random.fork_rng():
+        policy, ref_policy, *_ = m.setup_run(task, m.make_config(), seed)
+    shared = {p.data_ptr() for p in policy.parameters()} & {p.data_ptr() for p in ref_policy.parameters()}
+    return ref_policy is not policy and not shared and not any(p.requires_grad for p in ref_policy.parameters())
 
 
 def report_health(failures, cfg, where):

@@ -16,7 +16,7 @@ from tinylm import CharTokenizer
 from workbook import catalog
 
 # Which preflight probes name each bug that a tiny-input probe can see; the per-iteration checks must name the bugs
-# that only show up in a rollout (B3, B6, B9, B10, B12-B16; B6 and B10 are seen by both).
+# that only show up in a rollout (B3, B9) and those that show up there too (B6, B10, B12-B17).
 PREFLIGHT = {
     "B1": ["sampling frequencies match softmax(logits)"],
     "B2": ["constant reward group gives finite advantages"],
@@ -31,6 +31,7 @@ PREFLIGHT = {
     "B13": ["sampler and trainer log-probs agree on a left-padded row"],
     "B14": ["completion mask covers the first EOS and nothing after it"],
     "B15": ["prompts repeated group by group"],
+    "B16": ["reference is a frozen copy of the starting policy"],
     "B17": ["reward text stops at the first EOS"],
 }
 IN_TRAINING = {
@@ -176,3 +177,12 @@ def test_padding_probe_tolerance_is_what_its_docstring_says():
     assert fixed < 1e-6 < grpo_fixed.GAP_TOL < 0.07 <= smallest
     doc = Path(grpo_fixed.__file__).read_text()
     assert "below 1e-6 on\nseeds 0-19, against at least 0.07" in doc
+
+
+def test_the_reference_probe_leaves_the_global_rng_as_it_was():
+    """setup_run seeds torch's global RNG; the probe must not change what training draws after preflight (dropout)."""
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    assert grpo_fixed.reference_is_a_frozen_copy(grpo_fixed, seed=0)
+    assert torch.equal(state, torch.get_rng_state())
+    assert not grpo_fixed.reference_is_a_frozen_copy(catalog.hybrid("B16"), seed=0)

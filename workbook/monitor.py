@@ -177,6 +177,10 @@ PROBE_INFO = {
     "sampler and trainer log-probs agree on a left-padded row": (
         "the same on a prompt left-padded by two tokens, while the unpadded row agrees",
         "sampler and trainer treat left padding differently (position ids, attention mask)", "B12, B13"),
+    "reference is a frozen copy of the starting policy": (
+        "setup_run's ref_policy is not the policy, shares none of its parameter tensors and needs no gradient",
+        "a reference that is the live policy moves with every update: the KL anchors to the last rollout's "
+        "policy, not to the starting one", "B16"),
     "gradients clipped to max_grad_norm": (
         f"global grad norm after optimizer_step <= max_grad_norm + {_f.GRAD_TOL:g} (max_grad_norm = 1)",
         "one outlier batch can make an arbitrarily large update", "B11"),

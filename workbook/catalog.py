@@ -211,7 +211,7 @@ BUGS = [
               "is ['1+2=', '3+4=', '1+2=', '3+4=']",
         fix="prompts * G lays the batch out p0, p1, ..., p0, p1, ...; batch_advantages groups consecutive "
             "samples, so each prompt must be repeated G times in a row"),
-    Bug("B16", "setup_run", "the reference is the live policy (KL measures nothing)",
+    Bug("B16", "setup_run", "the reference is the live policy (the KL anchor moves with it)",
         symptom="the logged KL to the reference stays near 0 (0.02 on average over the last 10 iterations, where "
                 "a healthy run logs 0.20) and ref_gap is exactly 0 in every iteration; the reward is as high as a "
                 "healthy run's or higher (0.69 where a healthy run reaches 0.67)",

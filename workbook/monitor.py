@@ -115,7 +115,8 @@ CHECK_INFO = {
         ("text_mismatch",), "the reward scores characters the policy sampled after it stopped", "B17"),
     "reference frozen, not the live policy": CheckInfo(
         ("ref_gap",), "the reference moves with the policy, so the KL term anchors to the policy that sampled, "
-        "not to the SFT model", "B16", "iteration 0 or lr = 0"),
+        "not to the SFT model (or the policy has not moved yet: every update so far was skipped)", "B16",
+        "iteration 0 or lr = 0"),
     "ratio == 1 at the first inner step": CheckInfo(
         ("ratio_first_maxdev",), "old log-probs and training log-probs come from different computations "
         "(dropout in train mode, a different forward path)", "dropout > 0; no catalogued bug alone"),

@@ -280,10 +280,10 @@ mon_buggy = HealthMonitor()
 hist_buggy = mon_buggy.watch(grpo_buggy, **RUN)
 print(mon_buggy.report())
 first_buggy = mon_buggy.first_iteration_failure()
-assert first_buggy[0] == 0 and len(first_buggy[1]) == 8 and len(mon_buggy.preflight_failures) == 11
+assert first_buggy[0] == 0 and len(first_buggy[1]) == 8 and len(mon_buggy.preflight_failures) == 12
 
 # %% [markdown]
-# Eight per-iteration checks fire at iteration 0 (eleven probes failed before it). Several bugs hide behind
+# Eight per-iteration checks fire at iteration 0 (twelve probes failed before it). Several bugs hide behind
 # each other here (NaN advantages make the loss NaN, which makes the gradient NaN), which is why the next
 # section switches the bugs on one at a time.
 #
@@ -327,7 +327,8 @@ print(f"B1 at iteration 0: clip_frac_neg = {b1['clip_frac_neg']:.3f}, grad_norm 
       f"logprob_gap = {b1['logprob_gap']:.1e}")
 b8_grad = [s["grad_norm"] for s in hybrid_monitors["B8"].history]
 print("B8 grad_norm per iteration:", " ".join(f"{g:.1f}" for g in b8_grad))
-assert caught == len(table) and by_iteration == ["B3", "B9", "B16"]
+assert caught == len(table) and by_iteration == ["B3", "B9"]
+assert all(row[-1] in ("preflight", "iteration 0") for row in table)  # every bug flagged by iteration 0
 at_zero = ["B1", "B3", "B6", "B9", "B10", "B12", "B13", "B14", "B15", "B17"]
 assert [b for b, it in first_it.items() if it == 0] == at_zero  # every wiring bug but B16 flagged at iteration 0
 assert first_it["B16"] == 1  # its check is waived at iteration 0, where ref_gap is 0 in a correct run too
@@ -338,14 +339,16 @@ assert b1["logprob_gap"] <= STATS["logprob_gap"].hi  # B1 is invisible to logpro
 assert first_it["B8"] == 3 and b8_grad[3] > STATS["grad_norm"].hi > max(b8_grad[:3])
 
 # %% [markdown]
-# Every bug is flagged, all but one before or at iteration 0 (the preflight or a statistic); B16 at iteration 1.
+# Every bug is flagged before training or at iteration 0, by the preflight or a statistic (`caught`, and the
+# `first flag` column).
 # The failure map of the table, per bug, the first iteration a per-iteration check flags (printed above):
 # B1, B3, B6, B9, B10, B12, B13, B14, B15 and B17 at iteration 0, B16 at iteration 1, B2 at iteration 2, B8 at
 # iteration 3, B4, B5, B7 and B11 never within 6 iterations.
 #
 # * **Bugs in a building block with a closed-form answer** (sampler, advantage of a constant group,
 #   loss gradient at $\rho = 1$, all-masked loss, log-prob of a large logit, KL estimator, gradient
-#   clipping, the completion mask, the prompt layout, the reward's decode) are caught by the preflight. B14,
+#   clipping, the completion mask, the prompt layout, the reward's decode, the reference's set-up) are caught by
+#   the preflight. B14,
 #   B15 and B17 also trip a statistic that is exactly 0 in a correct trainer (`mask_eos_mismatch`,
 #   `mixed_groups`, `text_mismatch`) at iteration 0. B4, B5, B7 and B11 trip no training statistic at all
 #   within 6 iterations. B2 does only once a group is constant: the SFT model's groups all carry signal
@@ -362,9 +365,10 @@ assert first_it["B8"] == 3 and b8_grad[3] > STATS["grad_norm"].hi > max(b8_grad[
 #   a training forward without position ids or a sampler without the attention mask, B12 and B13) has a probe
 #   of its own: a random tiny model samples a few tokens after an unpadded and a left-padded prompt, and the
 #   trainer must score them as the sampler did. They fail it, and `logprob_gap` at iteration 0.
-# * **The live reference (B16)** has no probe (the reference is the state of a run, not the output of a
-#   function on a tiny input), and its check is waived at iteration 0, where `ref_gap` is 0 in a correct trainer
-#   too: it fires at iteration 1, the first rollout after an update.
+# * **The live reference (B16)** is caught by the preflight: `setup_run` on a stand-in task with a fresh model
+#   must return a reference that is not the policy, shares none of its parameter tensors and needs no gradient.
+#   Its per-iteration check is waived at iteration 0, where `ref_gap` is 0 in a correct trainer too: it fires at
+#   iteration 1, the first rollout after an update.
 #
 # **What B8's spike is, and what it is not.** B8 computes $k_3$ with the log-ratio reversed: with
 # $x = \log\pi_\text{ref} - \log\pi$ it uses $e^{-x} + x - 1 = \pi/\pi_\text{ref} - 1 - \log(\pi/\pi_\text{ref})$
@@ -832,7 +836,8 @@ print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider m
 # >   compute both numbers, as in notebook 03 §1.
 # > * Probe building blocks with tiny inputs before training (sampler vs softmax, constant group, gradient
 # >   at $\rho = 1$, all-masked loss, large logits, KL estimator bias, clipping, completion mask, prompt
-# >   repeat, decode up to EOS): bugs with a closed-form answer are caught there and often by nothing else.
+# >   repeat, decode up to EOS, a frozen reference): bugs with a closed-form answer are caught there and often
+# >   by nothing else.
 # > * Wiring bugs fail a statistic at iteration 0 (a live reference, B16, at iteration 1, once the policy has
 # >   moved). B3 and B9 pass every probe; B6, B10, B12 and B13 are caught before training only by a probe that
 # >   runs the real sampler and the real trainer forward on a tiny model (unpadded and left-padded rows).

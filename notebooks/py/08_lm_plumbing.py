@@ -562,7 +562,8 @@ plt.show()
 # reference log-probs differ from the old ones (`ref_gap` in its healthy range); under B16 the "reference" moves by
 # exactly as much as the policy, and `ref_gap` is exactly 0. The health check *reference frozen, not the live
 # policy* fires from iteration 1 on (at iteration 0 the two are equal in a healthy run too, which is why the check
-# skips it); no preflight probe tests `setup_run`. The KL term does not vanish altogether: within one rollout batch
+# skips it); before training, the preflight's reference probe runs `setup_run` on a stand-in task and fails on
+# it. The KL term does not vanish altogether: within one rollout batch
 # it still penalises the drift from $\pi_{\text{old}}$ (as the KL-penalty variant of PPO does), a limit on each
 # batch's step. What is lost is the anchor: nothing holds the policy near the SFT model across iterations, so it can
 # drift further than $\beta$ was chosen to allow. The reward need not suffer (in notebook 08 §7's short run B16 ends
@@ -699,7 +700,8 @@ plt.show()
 assert probes["fixed"] == [] and fired["fixed"] == {}
 assert probes["B12"] == probes["B13"] == ["sampler and trainer log-probs agree on a left-padded row"]
 assert probes["B14"] == ["completion mask covers the first EOS and nothing after it"]
-assert probes["B15"] == ["prompts repeated group by group"] and probes["B16"] == []
+assert probes["B15"] == ["prompts repeated group by group"]
+assert probes["B16"] == ["reference is a frozen copy of the starting policy"]
 assert probes["B17"] == ["reward text stops at the first EOS"]
 expected = {"B12": "training log-probs match the sampler", "B13": "training log-probs match the sampler",
             "B14": "masks end at the first EOS", "B15": "each group holds one prompt",
@@ -728,9 +730,9 @@ assert f"{runs['fixed'][0]['reward']:.3f} {runs['B17'][0]['reward']:.3f}" == "0.
 #   rounding; B14's `mask_eos_mismatch` is positive in every iteration and its logged length about one token short;
 #   B15's `mixed_groups` is 1 throughout while `adv_group_mean` passes; B16's `ref_gap` is exactly 0 throughout;
 #   B17's `text_mismatch` is positive in every iteration (all printed above).
-# - **Five of the six fail a preflight probe before training starts**: B12 and B13 the left-padded sampler-vs-trainer
-#   probe, B14 the mask probe, B15 the repeat probe, B17 the decode probe. B16 fails none: no probe tests
-#   `setup_run`, so its health check (from iteration 1) is the first thing to flag it.
+# - **All six fail a preflight probe before training starts**: B12 and B13 the left-padded sampler-vs-trainer
+#   probe, B14 the mask probe, B15 the repeat probe, B16 the reference probe (`setup_run` on a stand-in task must
+#   return a reference that is not the policy and shares none of its tensors), B17 the decode probe.
 # - **The reward flags only B17 clearly.** Final rewards: fixed 0.419, B12 0.377, B13 0.447, B14 0.455, B15 0.463,
 #   B16 0.447, B17 0.198. B17's run starts at 0.203 where the others start from the SFT model's 0.359 (the same
 #   samples as the fixed run for B12, B14 and B16, which change nothing before the first update) and stays low. B12

@@ -1,8 +1,9 @@
 """GRPO (Group Relative Policy Optimization) for a small language model, small enough to read in one sitting.
 
 One iteration of train() (Shao et al. 2024, "DeepSeekMath", section 4.1):
-  1. Sample    B prompts, each repeated G times; tokenize them left-padded; generate each completion token by
-               token until EOS, with the attention mask and position ids of the padded batch.
+  1. Sample    B prompts, each repeated G times; tokenize them left-padded; generate max_completion_length tokens
+               per completion, token by token with the attention mask and position ids of the padded batch; the
+               completion ends at its first EOS (the mask hides what follows).
   2. Score     decode the completions to text; r_i = task.reward(prompt, text_i), in [0, 1].
   3. Advantage A_i = (r_i - mean(r)) / (std(r) + eps) within each prompt's group of G.
   4. Cache     log pi_old(o_t) of the sampled tokens (the policy that sampled them) and log pi_ref(o_t)

@@ -1,8 +1,9 @@
 """GRPO (Group Relative Policy Optimization) for a small language model, small enough to read in one sitting.
 
 One iteration of train() (Shao et al. 2024, "DeepSeekMath", section 4.1):
-  1. Sample    B prompts, each repeated G times; tokenize them left-padded; generate each completion token by
-               token until EOS, with the attention mask and position ids of the padded batch.
+  1. Sample    B prompts, each repeated G times; tokenize them left-padded; generate max_completion_length tokens
+               per completion, token by token with the attention mask and position ids of the padded batch; the
+               completion ends at its first EOS (the mask hides what follows).
   2. Score     decode the completions to text; r_i = task.reward(prompt, text_i), in [0, 1].
   3. Advantage A_i = (r_i - mean(r)) / (std(r) + eps) within each prompt's group of G.
   4. Cache     log pi_old(o_t) of the sampled tokens (the policy that sampled them) and log pi_ref(o_t)
@@ -365,7 +366,7 @@ HEALTH_CHECKS = {
     "masks end at the first EOS": lambda s, cfg: in_range(s, "mask_eos_mismatch"),
     "reward text stops at EOS": lambda s, cfg: in_range(s, "text_mismatch"),
     "reference frozen, not the live policy": lambda s, cfg: in_range(s, "ref_gap") or s.get("iteration") == 0
-    or cfg.lr == 0,
+    or cfg.lr == 0 or s["zero_var_groups"] == 1,
     "ratio == 1 at the first inner step": lambda s, cfg: in_range(s, "ratio_first_maxdev"),
     "ratio moves after updates": lambda s, cfg: in_range(s, "ratio_last_maxdev")
     or cfg.inner_epochs * cfg.minibatches == 1 or cfg.lr == 0 or s["zero_var_groups"] == 1,
@@ -463,13 +464,13 @@ def padding_gaps(m, tokenizer, seed):
 
 
 def reference_is_a_frozen_copy(m, seed):
-    """setup_run on a fresh-model task returns a reference that is not the policy, shares none of its parameter
-    tensors and needs no gradient. The global RNG (which setup_run seeds) is restored afterwards."""
+    """setup_run on a fresh-model task returns a reference that is not the policy and shares none of its parameter
+    tensors (so no update of the policy moves it). The global RNG (which setup_run seeds) is restored afterwards."""
     task = types.SimpleNamespace(alphabet="0123456789", checkpoint=None)
     with torch.random.fork_rng():
         policy, ref_policy, *_ = m.setup_run(task, m.make_config(), seed)
     shared = {p.data_ptr() for p in policy.parameters()} & {p.data_ptr() for p in ref_policy.parameters()}
-    return ref_policy is not policy and not shared and not any(p.requires_grad for p in ref_policy.parameters())
+    return ref_policy is not policy and not shared
 
 
 def report_health(failures, cfg, where):

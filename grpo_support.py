@@ -49,8 +49,8 @@ STATS = {
                                  "if only logprob_gap is off, padding is handled differently by sampler and "
                                  "trainer (attention mask, position ids)"),
     "ref_gap": Stat("max |ref log-prob - old log-prob| over sampled tokens", 1e-9, INF,
-                    "exactly 0 only before the first update (iteration 0): afterwards the policy has moved and the "
-                    "frozen reference has not"),
+                    "exactly 0 only while the policy has not moved (iteration 0; every update zero or skipped so "
+                    "far): once it has, the frozen reference stays behind"),
     "mixed_groups": Stat("fraction of groups whose G samples do not all share one prompt", 0, 0,
                          "a group's mean is a baseline only for samples of the same prompt"),
     "mask_eos_mismatch": Stat("completions whose mask does not end at their first EOS (or at T without one)", 0, 0,

@@ -389,7 +389,7 @@ def test_B15_rollout_groups_hold_one_prompt_each(impl):
 def test_B16_the_reference_stays_the_starting_policy(impl):
     """After an update of the policy, the reference still scores like the SFT model it started as."""
     task, policy, ref_policy, tok, optimizer, cfg, g = tiny_setup(impl)
-    assert ref_policy is not policy and not any(p.requires_grad for p in ref_policy.parameters())
+    assert ref_policy is not policy
     ids = tok(["12+3="])["input_ids"]
     before = ref_policy(ids).logits.detach().clone()
     policy(ids).logits.sum().backward()
@@ -557,23 +557,23 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
     elif bug_id == "B14":
         lengths = [f"{statistics.fmean(series(h, 'completion_length')):.2f}" for h in (run, fixed)]
         n = grpo_fixed.Config().prompts_per_batch * grpo_fixed.Config().group_size  # every completion stops
-        assert all(s["mask_eos_mismatch"] == n for s in run)
-        quoted("B14", f"({lengths[0]} vs {lengths[1]} tokens", f"({n} of {n})",
+        assert all(s["mask_eos_mismatch"] == n for s in run)  # what the health check reads (not in the hint)
+        quoted("B14", f"({lengths[0]} vs {lengths[1]} tokens",
                f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}")
     elif bug_id == "B15":
         assert all(s["mixed_groups"] == 1 for s in run) and all(grpo_fixed.in_range(s, "adv_group_mean") for s in run)
         quoted("B15", f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}")
     elif bug_id == "B16":
-        assert all(s["ref_gap"] == 0 for s in run)
+        assert all(s["ref_gap"] == 0 for s in run)  # what the health check reads (not in the hint)
         quoted("B16", f"({last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f})",
                f"({final_reward(run):.2f} where a healthy run reaches {healthy_final})")
         assert final_reward(run) >= final_reward(fixed)
     elif bug_id == "B17":
-        mismatches = series(run, "text_mismatch")
-        assert min(mismatches) > 0
+        assert min(series(run, "text_mismatch")) > 0  # what the health check reads (not in the hint)
+        lengths = [f"{statistics.fmean(series(h, 'completion_length')):.2f}" for h in (run, fixed)]
         quoted("B17", f"({run[0]['reward']:.2f} at the first iteration, where a healthy run starts at "
                f"{fixed[0]['reward']:.2f})", f"({final_reward(run):.2f} where a healthy run reaches {healthy_final})",
-               f"counts {min(mismatches)} to {max(mismatches)} completions")
+               f"({lengths[0]} vs {lengths[1]} tokens")
     elif bug_id == "B11":
         finals = [final_reward(default_run(label, seed)) for label in ("B11", "fixed") for seed in range(3)]
         assert max(abs(a - b) for a, b in zip(finals[:3], finals[3:], strict=True)) <= 0.03

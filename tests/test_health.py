@@ -129,6 +129,7 @@ def test_a_reference_equal_to_the_policy_fails_only_after_the_first_update(healt
     assert grpo_fixed.check_health(later, cfg) == ["reference frozen, not the live policy"]
     assert grpo_fixed.check_health({**later, "ref_gap": 0.01}, cfg) == []
     assert grpo_fixed.check_health(later, grpo_fixed.make_config(lr=0.0)) == []
+    assert grpo_fixed.check_health({**later, "zero_var_groups": 1.0}, cfg) == []  # no signal, no move
 
 
 def test_entropy_collapse_only_matters_before_the_task_is_solved(healthy_stats):

@@ -109,14 +109,14 @@ CHECK_INFO = {
         ("mixed_groups",), "a group that mixes prompts is centred on other prompts' rewards: its baseline is a "
         "batch mean, not the prompt's own", "B15"),
     "masks end at the first EOS": CheckInfo(
-        ("mask_eos_mismatch",), "the EOS is left out of the loss (stopping is never trained), or tokens after it "
-        "are trained", "B14"),
+        ("mask_eos_mismatch",), "the EOS is left out of the loss (its own log-prob gets no gradient; stopping is "
+        "trained only indirectly), or tokens after it are trained", "B14"),
     "reward text stops at EOS": CheckInfo(
         ("text_mismatch",), "the reward scores characters the policy sampled after it stopped", "B17"),
     "reference frozen, not the live policy": CheckInfo(
         ("ref_gap",), "the reference moves with the policy, so the KL term anchors to the policy that sampled, "
         "not to the SFT model (or the policy has not moved yet: every update so far was skipped)", "B16",
-        "iteration 0 or lr = 0"),
+        "iteration 0, lr = 0 or every group constant"),
     "ratio == 1 at the first inner step": CheckInfo(
         ("ratio_first_maxdev",), "old log-probs and training log-probs come from different computations "
         "(dropout in train mode, a different forward path)", "dropout > 0; no catalogued bug alone"),
@@ -176,10 +176,10 @@ PROBE_INFO = {
         f"max |sampler - trainer log-prob| <= {_f.GAP_TOL:g} on an unpadded prompt's completion (random tiny "
         "TinyLM, temperature 0.7)", "the trainer scores another distribution than the sampler's", "B6, B10"),
     "sampler and trainer log-probs agree on a left-padded row": (
-        "the same on a prompt left-padded by two tokens, while the unpadded row agrees",
+        "the same on a prompt left-padded by four tokens, while the unpadded row agrees",
         "sampler and trainer treat left padding differently (position ids, attention mask)", "B12, B13"),
     "reference is a frozen copy of the starting policy": (
-        "setup_run's ref_policy is not the policy, shares none of its parameter tensors and needs no gradient",
+        "setup_run's ref_policy is not the policy and shares none of its parameter tensors",
         "a reference that is the live policy moves with every update: the KL anchors to the last rollout's "
         "policy, not to the starting one", "B16"),
     "gradients clipped to max_grad_norm": (

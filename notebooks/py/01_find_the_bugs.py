@@ -188,7 +188,8 @@ assert off["grpo_buggy"] == 0.0 and math.isclose(off["grpo_fixed"], EPS / sigma,
 
 # %%
 print("preflight(grpo_buggy) fails:")
-for name in grpo_fixed.preflight(grpo_buggy):
+buggy_probes = grpo_fixed.preflight(grpo_buggy)
+for name in buggy_probes:
     print("  -", name)
 print("\nsingle-bug hybrids:")
 probe_failures = {b: grpo_fixed.preflight(HYBRID[b]) for b in NB01_IDS}
@@ -197,6 +198,9 @@ for b, failed in probe_failures.items():
 assert [b for b, failed in probe_failures.items() if not failed] == ["B3", "B9"]
 unpadded_probe = "sampler and trainer log-probs agree on an unpadded row"
 assert probe_failures["B6"] == probe_failures["B10"] == [unpadded_probe]
+plumbing_probes = {"completion mask covers the first EOS and nothing after it", "prompts repeated group by group",
+                   "reference is a frozen copy of the starting policy", "reward text stops at the first EOS"}
+assert plumbing_probes <= set(buggy_probes)  # B14, B15, B16, B17 (notebook 08)
 
 # %% [markdown]
 # Nine of the eleven bugs fail a preflight probe. **B3 and B9 pass every probe**: they live in the training loop
@@ -205,7 +209,7 @@ assert probe_failures["B6"] == probe_failures["B10"] == [unpadded_probe]
 # (notebook 01 §10). B6 and B10 are wiring bugs too (which logit scores a token, whether the training log-prob is
 # divided by the temperature), and only one probe sees them: *sampler and trainer log-probs agree on an unpadded
 # row*, in which a random tiny model samples a few tokens at temperature 0.7 and the trainer's code scores them
-# again. (The buggy twin also fails the probes of B14, B15 and B17: notebook 08.)
+# again. (The buggy twin also fails the probes of B14, B15, B16 and B17: notebook 08.)
 #
 # > **You should know.** Print shapes and stats of every tensor of one tiny batch; check invariants that are
 # > *exactly* true (equal log-probs, zero-mean groups, ratio 1); hand-calculate one small case; then attack the

@@ -816,7 +816,7 @@ for it in (later, 0):  # ends at iteration 0: the displayed figure shows it too
     print(f"iteration {r['iteration']}: buggy {len(r['buggy'])} [{'; '.join(r['buggy'])}]")
     print(f"             fixed {len(r['fixed'])} [{'; '.join(r['fixed'])}]")
     assert r["buggy"] == mon_buggy.failures[it] and r["fixed"] == [] and f"iteration={it}<" in w.status.value + "<"
-assert later == 1 and len(mon_buggy.failures[later]) == 9
+assert later == 14 and len(mon_buggy.failures[later]) == 9  # waived while every group is constant (B1's run)
 assert len(r["buggy"]) == 8 and w.values() == {"iteration": 0}
 
 # %%

@@ -1,6 +1,7 @@
 """workbook/nb08_plumbing.py, the machinery of notebook 08: the probe rows are built as the catalog's probes and
 tests/test_catalog.py build them, the sampler-then-trainer runner tells B12 from B13 on them, the drawing helpers
-draw what they are given (and count what they say), and the short runs are the trainers' own, computed once."""
+draw what they are given (and count what they say), the true-reward wrapper logs the reward of the text up to the
+first EOS and changes nothing else, and the short runs are the trainers' own, computed once."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import grpo_buggy  # noqa: E402
 import grpo_fixed  # noqa: E402
 from tinylm import CharTokenizer, TinyLM  # noqa: E402
 from workbook import catalog, nb08_plumbing  # noqa: E402
+from workbook.swap import fixed_with  # noqa: E402
 
 TOKENIZER = CharTokenizer(grpo_fixed.AdditionTask.alphabet)
 
@@ -107,3 +110,35 @@ def test_hybrid_vs_fixed_names_the_hybrid_on_the_left():
     assert ax_h.get_title() == 'hybrid("B14")' and ax_f.get_title() == "grpo_fixed"
     assert fig._suptitle.get_text() == "title"
     plt.close(fig)
+
+
+def _same_stats(a: dict, b: dict) -> bool:
+    """Equal stats dicts, NaN equal to NaN, the wall-clock 'seconds' ignored."""
+    keys = (set(a) | set(b)) - {"seconds"}
+    return all(a.get(k) == b.get(k) or (a.get(k) != a.get(k) and b.get(k) != b.get(k)) for k in keys)
+
+
+def test_with_true_reward_logs_the_reward_of_the_text_up_to_eos_and_changes_nothing_else():
+    """On B17's hybrid the logged reward scores the text past EOS and true_reward the answer, so they differ; on
+    the fixed twin they are equal, exactly. The wrapper draws nothing: the rest of each run is unchanged."""
+    overrides = dict(steps=2, prompts_per_batch=8)
+    buggy_decode = grpo_buggy.decode_completions
+    wrapped = {"fixed": fixed_with("t_fixed_true", wrap={"rollout": nb08_plumbing.with_true_reward}),
+               "B17": fixed_with("t_B17_true", decode_completions=buggy_decode,
+                                 wrap={"rollout": nb08_plumbing.with_true_reward})}
+    plain = {"fixed": grpo_fixed, "B17": catalog.hybrid("B17")}
+    runs = {label: module.train(seed=0, **overrides) for label, module in wrapped.items()}
+    assert all(s["true_reward"] == s["reward"] for s in runs["fixed"])
+    assert any(s["true_reward"] != s["reward"] for s in runs["B17"])
+    assert runs["B17"][0]["true_reward"] == runs["fixed"][0]["reward"]  # the same first draws, scored right
+    for label, history in runs.items():
+        without = [{k: v for k, v in s.items() if k != "true_reward"} for s in history]
+        again = plain[label].train(seed=0, **overrides)
+        assert all(_same_stats(a, b) for a, b in zip(without, again, strict=True))
+    assert nb08_plumbing.trainer_with_true_reward("B17").decode_completions.__code__ is buggy_decode.__code__
+
+
+def test_short_runs_with_true_reward_add_the_statistic_to_the_labelled_runs_only():
+    overrides = dict(steps=1, prompts_per_batch=2, group_size=2)
+    runs = nb08_plumbing.short_runs(["fixed", "B17"], seed=0, true_reward=("B17",), **overrides)
+    assert "true_reward" in runs["B17"][0] and "true_reward" not in runs["fixed"][0]

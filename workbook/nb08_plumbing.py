@@ -1,6 +1,7 @@
 """Machinery for notebook 08 (find the bugs, part 2: the LM plumbing, B12-B17): the tiny inputs the catalog's
 level-2 probes use, built the same way; a sampler-then-trainer runner for one prompt; the drawing helpers of the
-notebook's figures; and the short training runs of its last section, each computed once. The code the notebook
+notebook's figures; a rollout wrapper that also logs the reward of the text up to the first EOS; and the short
+training runs of its last section, each computed once. The code the notebook
 teaches (position ids from the attention mask, the EOS-inclusive mask, the repeat, the frozen copy, decoding up to
 the EOS) lives in the notebook's cells.
 """
@@ -13,8 +14,12 @@ from typing import NamedTuple
 import matplotlib.patches as patches
 import torch
 
+import grpo_buggy
+import grpo_fixed
 from workbook import nb01_bugs
+from workbook.catalog import bug
 from workbook.plots import BUGGY, REFERENCE, buggy_vs_fixed
+from workbook.swap import fixed_with
 
 PROBE_PROMPT = "12+3="
 """the prompt of the B12 and B13 probes (workbook.catalog), scored alone and behind PROBE_PADS PAD tokens"""
@@ -122,16 +127,48 @@ def layout_strip(ax, prompts, advantages, group_size: int, colors: dict):
 
 
 # ----------------------------------------------------------------------------------------------
+# The reward of what the policy wrote
+
+
+def with_true_reward(module):
+    """A wrap factory for workbook.swap.fixed_with: module.rollout that also logs stats["true_reward"], the task's
+    mean reward of the text up to the first EOS (grpo_fixed.decode_completions of the batch's completions and mask),
+    whatever the module's own decode_completions feeds its reward. Under B17 the logged reward scores the text past
+    the EOS and true_reward scores the answer; in a correct trainer the two are equal. It draws nothing: the run is
+    unchanged."""
+    rollout = module.rollout
+
+    @torch.no_grad()
+    def rollout_with_true_reward(policy, ref_policy, tokenizer, task, cfg, generator):
+        batch, stats = rollout(policy, ref_policy, tokenizer, task, cfg, generator)
+        texts = grpo_fixed.decode_completions(tokenizer, batch["completions"], batch["mask"])
+        stats["true_reward"] = torch.as_tensor(task.reward(batch["prompts"], texts), dtype=torch.float32).mean().item()
+        return batch, stats
+
+    return rollout_with_true_reward
+
+
+def trainer_with_true_reward(label: str):
+    """A copy of grpo_fixed ('fixed') or of its single-bug hybrid (a bug id) whose rollout also logs
+    stats["true_reward"] (with_true_reward)."""
+    sites = {} if label == "fixed" else {bug(label).function: getattr(grpo_buggy, bug(label).function)}
+    return fixed_with(f"{label}_true_reward", wrap={"rollout": with_true_reward}, **sites)
+
+
+# ----------------------------------------------------------------------------------------------
 # Short training runs
 
 
 @functools.cache
-def _run(label: str, seed: int, overrides: tuple) -> tuple:
-    return tuple(nb01_bugs.trainer(label).train(seed=seed, **dict(overrides)))
+def _run(label: str, seed: int, overrides: tuple, true_reward: bool = False) -> tuple:
+    module = trainer_with_true_reward(label) if true_reward else nb01_bugs.trainer(label)
+    return tuple(module.train(seed=seed, **dict(overrides)))
 
 
-def short_runs(labels, seed: int = 0, **overrides) -> dict:
+def short_runs(labels, seed: int = 0, *, true_reward=(), **overrides) -> dict:
     """label ('fixed', 'buggy' or a bug id) -> the history of its train(seed=seed, **overrides), each run computed
-    once per (label, seed, overrides) in this process. The histories are lists of stats dicts; do not mutate them."""
+    once per (label, seed, overrides, true_reward) in this process; the labels in true_reward ('fixed' or bug ids)
+    run with trainer_with_true_reward, so their stats also hold "true_reward" (the rest of the run is unchanged).
+    The histories are lists of stats dicts; do not mutate them."""
     key = tuple(sorted(overrides.items()))
-    return {label: list(_run(label, seed, key)) for label in labels}
+    return {label: list(_run(label, seed, key, label in true_reward)) for label in labels}

@@ -70,8 +70,8 @@ from workbook.catalog import PLUMBING_IDS, bug, hybrid
 from workbook.monitor import render_range
 from workbook.nb01_bugs import first_failures
 from workbook.nb08_plumbing import PROBE_PADS, PROBE_PROMPT, hybrid_vs_fixed, left_padded, paired_bars, token_grid
-from workbook.plots import BUGGY, FIXED, REFERENCE, curves
-from workbook.run_summary import final_reward
+from workbook.plots import BUGGY, FIXED, REFERENCE, curves, smooth
+from workbook.run_summary import final_reward, tail_mean
 
 started, started_cpu = time.perf_counter(), time.process_time()
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
@@ -92,8 +92,9 @@ print(f"tokens: PAD {PAD}, BOS {tokenizer.bos_token_id}, EOS {EOS}, then {TASK.a
 # a healthy run's.
 #
 # **Key fact.** TinyLM, like GPT-2, has *learned absolute* position embeddings: the input of the first layer is
-# $x_l = E[\text{token}_l] + P[\text{pos}_l]$. TinyLM's forward, like GPT-2's in `transformers`, numbers the positions
-# $0 \dots L-1$ in every row unless it is given `position_ids`, whatever the attention mask says. Prompts are
+# $x_l = E[\text{token}_l] + P[\text{pos}_l]$. TinyLM's forward, like GPT-2's in Hugging Face `transformers` (checked
+# in version 4.57.1, below), numbers the positions $0 \dots L-1$ in every row unless it is given `position_ids`,
+# whatever the attention mask says. Prompts are
 # left-padded, so a row behind $p$ PAD tokens has its real tokens at positions $p, p+1, \dots$ instead of $0, 1, \dots$:
 # the attention mask hides the PAD keys, but nothing undoes the shift. The positions must count the real tokens only:
 # $\text{pos}_l = \sum_{j \le l} m_j - 1$.
@@ -156,10 +157,12 @@ plt.show()
 # update raises and lowers the probabilities of a model fed shifted positions, a distribution the sampler never
 # draws from.
 #
-# **Real models.** In Hugging Face `transformers`, GPT-2's forward (`modeling_gpt2.py`) falls back to
-# `torch.arange(past_length, past_length + L)` for every row when `position_ids` is None, while `generate()` builds them
-# from the attention mask in `GenerationMixin.prepare_inputs_for_generation` (`generation/utils.py`:
-# `attention_mask.long().cumsum(-1) - 1`, then 1 on the padding). So sampling with `generate` and scoring with a
+# **Real models.** In Hugging Face `transformers` (checked in the source of version 4.57.1), GPT-2's forward
+# (`GPT2Model.forward`, `modeling_gpt2.py`) sets `position_ids = cache_position.unsqueeze(0)` when `position_ids` is
+# None, and `cache_position` defaults to `torch.arange(past_seen_tokens, past_seen_tokens + L)`: the same numbering for
+# every row, whatever the attention mask says. `generate()` builds the ids from the attention mask instead, in
+# `GenerationMixin.prepare_inputs_for_generation` (`generation/utils.py`: `attention_mask.long().cumsum(-1) - 1`, then
+# 1 on the padding), unless the caller passes them. So sampling with `generate` and scoring with a
 # hand-written forward that passes only the mask disagree on left-padded rows; `transformers` issue 18388 is that
 # mismatch, and TRL issue 6800 reports it in TRL's Online DPO, XPO and Nash-MD log-prob forwards (its PPO trainer builds
 # the ids, `attention_mask.cumsum(1) - attention_mask.long()`). How much it matters depends on the position encoding.
@@ -194,8 +197,8 @@ assert abs(score["absolute"](5, 2) - score["absolute"](8, 5)) > 0.1
 # and a model that also sees absolute positions in another way would notice the shift. Passing the ids costs one
 # line and removes the question.
 #
-# > **You should know.** Sampler and trainer must see each row at the same positions. `generate()` derives
-# > positions from the attention mask; a hand-written training forward must pass `position_ids =
+# > **You should know.** Sampler and trainer must see each row at the same positions. `transformers`' `generate()`
+# > derives positions from the attention mask; a hand-written training forward must pass `position_ids =
 # > cumsum(attention_mask) - 1`. Test it by scoring one row alone and behind a few PAD tokens: the log-probs
 # > must be equal. RoPE hides a missing offset (relative positions are unchanged); absolute position embeddings
 # > (GPT-2) do not.
@@ -246,7 +249,7 @@ b13 = {pad: draws["B13", pad] for pad in (0, PROBE_PADS)}
 assert torch.equal(b13[0].completions, b13[PROBE_PADS].completions)  # same seed, nearby distributions: same draws
 assert torch.equal(draws["fixed", 0].sampler_logprobs, b13[0].sampler_logprobs)  # no padding: the same sampler
 assert (draws["fixed", PROBE_PADS].sampler_logprobs - draws["fixed", 0].sampler_logprobs).abs().max() < 1e-5
-assert (b13[PROBE_PADS].sampler_logprobs - b13[0].sampler_logprobs).abs().max() > 0.05
+assert (b13[PROBE_PADS].sampler_logprobs - b13[0].sampler_logprobs).abs()[b13[0].mask].max() > 0.05
 
 # %% [markdown]
 # Both runs drew the same tokens (the same seed, and distributions close enough to give the same draws here), but B13's
@@ -267,8 +270,10 @@ assert min(gap["B12", PROBE_PADS], gap["B13", PROBE_PADS]) > 0.05
 
 
 def padding_effect(label, side):
-    """Largest change of one side's log-probs ('sampler_logprobs' or 'trainer_logprobs') made by the padding."""
-    return (getattr(draws[label, PROBE_PADS], side) - getattr(draws[label, 0], side)).abs().max().item()
+    """Largest change of one side's log-probs ('sampler_logprobs' or 'trainer_logprobs') made by the padding, over
+    the tokens through the first EOS (the same draws alone and padded, so one mask; the rest is not the answer)."""
+    padded, alone = draws[label, PROBE_PADS], draws[label, 0]
+    return (getattr(padded, side) - getattr(alone, side)).abs().masked_fill(~alone.mask, 0).max().item()
 
 
 trainer_moved = {label: padding_effect(label, "trainer_logprobs") for label in ("B12", "B13")}
@@ -277,14 +282,17 @@ print("moved by the padding:  trainer", {k: f"{v:.4f}" for k, v in trainer_moved
       "  sampler", {k: f"{v:.4f}" for k, v in sampler_moved.items()})
 assert trainer_moved["B13"] < 1e-5 and sampler_moved["B12"] < 1e-5  # each bug moves one side only
 assert trainer_moved["B12"] > 0.05 and sampler_moved["B13"] > 0.05
+assert f"{trainer_moved['B12']:.4f} {sampler_moved['B13']:.4f}" == "6.7885 0.0712"  # each as large as its gap
 assert f"{gap['B13', PROBE_PADS]:.4f} {gap['B12', PROBE_PADS]:.4f}" == "0.0712 6.7885"  # as quoted
 
 # %%
-fig, axes = hybrid_vs_fixed("B13", "sampler log-prob of each drawn token, alone and behind 3 PAD (seed 0)")
-labels = [tokenizer.decode([t]) for t in draws["fixed", 0].completions[0].tolist()]
+fig, axes = hybrid_vs_fixed("B13", "sampler log-prob of each drawn token through the first EOS, alone and behind "
+                           "3 PAD (seed 0)")
+answer = draws["fixed", 0].mask[0]  # (T,) the drawn tokens through the first EOS (the same draws in every run)
+labels = [tokenizer.decode([t]).replace("<eos>", "EOS") for t in draws["fixed", 0].completions[0][answer].tolist()]
 for ax, label, color in zip(axes, ("B13", "fixed"), (BUGGY, FIXED), strict=True):
-    paired_bars(ax, labels, {"alone": draws[label, 0].sampler_logprobs[0].tolist(),
-                             "behind 3 PAD": draws[label, PROBE_PADS].sampler_logprobs[0].tolist()},
+    paired_bars(ax, labels, {"alone": draws[label, 0].sampler_logprobs[0][answer].tolist(),
+                             "behind 3 PAD": draws[label, PROBE_PADS].sampler_logprobs[0][answer].tolist()},
                 {"alone": REFERENCE, "behind 3 PAD": color})
     ax.set_xlabel("drawn token")
 axes[0].set_ylabel("sampler log-prob")
@@ -293,7 +301,8 @@ plt.show()
 
 # %% [markdown]
 # Both bugs give a gap on the padded row only, and the two are told apart by which side moves with the padding:
-# B12 moves the trainer's log-probs and leaves the sampler's alone, B13 the other way round (printed above). The
+# B12 moves the trainer's log-probs and leaves the sampler's alone, B13 the other way round, each by as much as its
+# gap (printed above, over the tokens through the first EOS). The
 # fix passes the mask to the model at the prompt *and* at every cached step, one column longer each step (the
 # sampled token is a real token):
 #
@@ -379,7 +388,8 @@ for label, m in masks.items():
     grpo_fixed.grpo_loss(logp, torch.zeros(2, 4), adv, m[:2]).backward()
     push[label] = -logp.grad + 0.0  # (N, T); + 0.0 turns -0.0 into 0.0
     print(f"{label:5s} push {[[f'{x:+.3f}' for x in row] for row in push[label].tolist()]}")
-assert push["B14"][0, 1] == 0 and push["B14"][1].abs().sum() == 0  # EOS never pushed; the empty answer not at all
+assert push["B14"][0, 1] == 0 and push["B14"][1].abs().sum() == 0  # the EOS's own log-prob never pushed; the empty
+# answer (EOS first) not at all
 assert push["fixed"][0, 1] > 0 and push["fixed"][1, 0] < 0  # the rewarded EOS raised, the premature EOS lowered
 
 # %%
@@ -393,13 +403,16 @@ plt.show()
 
 # %% [markdown]
 # With the EOS in the mask, a rewarded completion raises the probability of stopping where it stopped, and a
-# penalised one lowers the probability of stopping there (row 1: stopping at once); without it, no EOS gets any
-# push. The buggy mask also changes the normaliser: row 0 counts 1 token instead of 2, so the `'2'` gets a larger
-# share of the loss. Stopping is still trained indirectly: a digit written after a right answer, instead of its EOS,
-# is a masked-in token of a wrong answer and is pushed down. That fits the catalog's level-1 hint, a reward not
-# visibly hurt in a default run. The reports: rasbt/reasoning-from-scratch pull request 185 (GRPO's sampled
-# responses dropped the EOS, so stopping got no gradient), and TRL issue 1623 (the same in an SFT loss: the model
-# never learns to stop).
+# penalised one lowers the probability of stopping there (row 1: stopping at once); without it, the EOS token's own
+# log-prob gets no push in any row. The buggy mask also changes the normaliser: row 0 counts 1 token instead of 2, so
+# the `'2'` gets a larger share of the loss. Stopping is still trained, but only indirectly: a digit written after a
+# right answer, instead of its EOS, is a masked-in token of a wrong answer and is pushed down, and lowering its
+# log-prob moves softmax mass to the other tokens at that position, part of it to EOS. The one case with no path at
+# all is the empty answer: a completion whose first token is EOS is masked out entirely, so it is never penalised,
+# however often it is sampled. That fits the catalog's level-1 hint, a reward not visibly hurt in a default run. The
+# reports: rasbt/reasoning-from-scratch pull request 185 (GRPO's sampled responses dropped the EOS token, so it got
+# no gradient), and TRL issue 1623 (the same in an SFT loss, where the EOS is then never a target: the model never
+# learns to stop).
 #
 # > **You should know.** The completion mask covers the first EOS and nothing after it; test it on
 # > `[x, EOS, y, EOS]`, on a row that starts with EOS and on a row without one. The logged length is `mask.sum`, so
@@ -561,13 +574,15 @@ plt.show()
 # In the fixed twin the step moves the policy and leaves the reference exactly where it was, so the next rollout's
 # reference log-probs differ from the old ones (`ref_gap` in its healthy range); under B16 the "reference" moves by
 # exactly as much as the policy, and `ref_gap` is exactly 0. The health check *reference frozen, not the live
-# policy* fires from iteration 1 on (at iteration 0 the two are equal in a healthy run too, which is why the check
-# skips it); before training, the preflight's reference probe runs `setup_run` on a stand-in task and fails on
-# it. The KL term does not vanish altogether: within one rollout batch
-# it still penalises the drift from $\pi_{\text{old}}$ (as the KL-penalty variant of PPO does), a limit on each
-# batch's step. What is lost is the anchor: nothing holds the policy near the SFT model across iterations, so it can
-# drift further than $\beta$ was chosen to allow. The reward need not suffer (in notebook 08 §7's short run B16 ends
-# above the fixed run).
+# policy* fires from iteration 1 on (in a healthy run the two are equal too while the policy has not moved: at
+# iteration 0, and while every group so far was constant, so every advantage and every update was 0; the check
+# waives iteration 0 and every iteration whose groups are all constant); before training, the preflight's
+# reference probe runs `setup_run` on a stand-in task and fails on it. The KL term does not vanish altogether:
+# within one rollout batch it becomes a penalty toward $\pi_{\text{old}}$ (on the sampled tokens, with the k3
+# estimator), a limit on each batch's step. What is lost is the anchor to the SFT model: nothing in the loss refers
+# to it any more, and the logged KL no longer measures the distance to it (in a default run it logs a few hundredths
+# while the policy's actual KL to the SFT model is about a quarter of a nat). The reward need not suffer (in
+# notebook 08 §7's short run B16 ends above the fixed run).
 # The report: TRL issue 2046 (one model object passed as both `policy` and `ref_policy` to PPO and RLOO; the issue
 # asks for a same-object check).
 #
@@ -584,14 +599,17 @@ plt.show()
 
 # %% [markdown]
 # ## 6. B17 — reward text runs past the EOS
-# **What the logs show.** The reward starts well below the SFT model's and ends far lower than a healthy run's;
-# `text_mismatch` (completions whose reward text differs from the decode of their masked tokens) counts many
-# completions in every iteration.
+# **What the logs show.** The logged reward starts well below the SFT model's and ends far lower than a healthy
+# run's; `text_mismatch` (completions whose reward text differs from the decode of their masked tokens) counts many
+# completions in every iteration. The policy is better than its logged reward: that reward scores text the policy
+# never wrote, so B17 corrupts the metric as well as the learning signal (§7 logs the reward of the text up to the
+# EOS beside it).
 #
 # **Key fact.** The twins' sampler is a fixed-length loop: it draws $T$ tokens for every row, and whatever it drew
 # after the first EOS stays in the tensor (the mask marks it). Those tokens are not part of the answer: the policy
-# stopped. Hugging Face `generate()` writes `pad_token_id` into a finished row instead (in `GenerationMixin._sample`,
-# `generation/utils.py`: "finished sentences should have their next token be a padding token"), so
+# stopped. Hugging Face `generate()` writes `pad_token_id` into a finished row instead (checked in `transformers`
+# 4.57.1: `GenerationMixin._sample`, `generation/utils.py`, "finished sentences should have their next token be a
+# padding token", whenever an EOS stopping criterion is set), so
 # `batch_decode(..., skip_special_tokens=True)` stops at the EOS by itself; a hand-written fixed-length sampler must
 # blank the tail before decoding:
 
@@ -632,20 +650,26 @@ plt.show()
 # The right answer scores 0 because the sampler kept drawing after the policy stopped. The loss still covers only the
 # tokens through the EOS (the mask is right), so the reward now depends on tokens that are never trained: a right answer
 # followed by a digit is punished, the same answer followed by PAD, BOS or another EOS (which decode to nothing) is not,
-# by chance. That is why the reward starts below the SFT model's at the very first iteration, before any update. The
+# by chance. That is why the logged reward starts below the SFT model's at the very first iteration, before any
+# update. It is two faults in one: the advantages reward and punish answers partly at random (the learning signal is
+# noisier), and the logged reward, the number you watch, no longer measures the answers. The
 # report: ZHZisZZ/dllm issue 118 (GRPO text rewards decoded from the full fixed-length completion, so tokens after the
 # first EOS changed the reward).
 #
 # > **You should know.** The reward must score exactly what the policy wrote: its tokens through the first EOS.
-# > `generate()` pads finished rows for you; a fixed-length sampler does not, so blank the tail with the mask
-# > before decoding, and log how many reward texts differ from the decode of the masked tokens (`text_mismatch`).
+# > `transformers`' `generate()` pads finished rows for you; a fixed-length sampler does not, so blank the tail with
+# > the mask before decoding, and log how many reward texts differ from the decode of the masked tokens
+# > (`text_mismatch`).
 #
 # <details><summary>The catalog's level-1 hint says the reward starts well below the SFT model's. Why is that a
 # hint at B17 rather than at a training bug?</summary>
 #
 # The first iteration's reward is measured before any update: it is the SFT model's samples scored by the task. A
 # training bug (B12, B14, B16) cannot change it; only a bug in what is sampled (B13, B15 change the draws) or in how
-# the samples are scored (B17) can. A first reward far below the SFT model's own points at the rollout.
+# the samples are scored (B17) can. One iteration's reward is a mean over 64 or 128 samples, with a sampling noise of
+# several hundredths (B15's short run in notebook 08 §7 starts more than a tenth low by noise alone), so only a first
+# reward far below the SFT model's, well beyond that noise, hints at the rollout, and the check that names B17 is
+# `text_mismatch`.
 # </details>
 
 # %% [markdown]
@@ -653,19 +677,26 @@ plt.show()
 # Seven short runs on AdditionTask from its SFT checkpoint, seed 0: the fixed twin and each of B12-B17 switched
 # on alone, 20 iterations of 8 prompts x 8 samples (as in notebook 01 §13 and notebook 06; the default run is 70 x
 # 16). For each: the preflight probes it fails (`grpo_fixed.preflight`, before training), the health checks it
-# fails and the first iteration each fails, and the reward at the first iteration and over the last 10.
+# fails and the first iteration each fails, and the logged reward at the first iteration and over the last 10. The
+# fixed and B17 runs also log `true_reward`, the task's reward of the text up to the first EOS
+# (`nb08_plumbing.with_true_reward`, a rollout wrapper that draws nothing, so the runs are unchanged).
 
 # %%
 SHORT = dict(steps=20, prompts_per_batch=8)
 cfg_short = grpo_fixed.make_config(**SHORT)
-runs = nb08_plumbing.short_runs(["fixed", *PLUMBING_IDS], seed=0, **SHORT)  # label -> history
+runs = nb08_plumbing.short_runs(["fixed", *PLUMBING_IDS], seed=0, true_reward=("fixed", "B17"), **SHORT)
 probes = {label: grpo_fixed.preflight(grpo_fixed if label == "fixed" else HYBRID[label]) for label in runs}
 fired = {label: first_failures(history, cfg_short) for label, history in runs.items()}
 final = {label: final_reward(history) for label, history in runs.items()}
+print("logged reward: first iteration, mean of the last 10 (final)")
 print(f"{'run':5s} {'first':>5s} {'final':>5s}  preflight probes that fail | health checks that fail (first iteration)")
 for label, history in runs.items():
     print(f"{label:5s} {history[0]['reward']:5.3f} {final[label]:5.3f}  {'; '.join(probes[label]) or '-'} | "
           + ("; ".join(f"{name} ({it})" for name, it in fired[label].items()) or "-"))
+true_final = {label: tail_mean([s["true_reward"] for s in runs[label]]) for label in ("fixed", "B17")}
+print(f"B17 true reward (text up to the first EOS): first {runs['B17'][0]['true_reward']:.3f}, final "
+      f"{true_final['B17']:.3f};  logged: first {runs['B17'][0]['reward']:.3f}, final {final['B17']:.3f};  fixed run "
+      f"(true = logged): first {runs['fixed'][0]['reward']:.3f}, final {final['fixed']:.3f}")
 
 # %%
 print("the statistic behind each check (the fixed run's in brackets):")
@@ -688,11 +719,14 @@ print(f"  B17: text_mismatch {min(s['text_mismatch'] for s in runs['B17'])} to "
 # %%
 fig, (ax_bar, ax_curve) = plt.subplots(1, 2, figsize=(11, 3.0), layout="constrained", width_ratios=[2, 3])
 ax_bar.bar(list(final), list(final.values()), color=[FIXED if k == "fixed" else BUGGY for k in final])
+ax_bar.bar(["B17"], [true_final["B17"]], fill=False, edgecolor=BUGGY, ls="--", label="B17, true reward (to EOS)")
 ax_bar.axhline(runs["fixed"][0]["reward"], color=REFERENCE, ls=":", lw=1, label="fixed, first iteration")
-ax_bar.set(ylabel="reward, mean of the last 10 iterations", ylim=(0, 1))
+ax_bar.set(ylabel="logged reward, mean of the last 10", ylim=(0, 1))
 ax_bar.legend(fontsize="small")
 curves(ax_curve, {k: runs[k] for k in ("fixed", "B12", "B16", "B17")}, "reward",
-       colors={"fixed": FIXED, "B12": "#ff7f0e", "B16": "#9467bd", "B17": BUGGY}, window=5)
+       colors={"fixed": FIXED, "B12": "#ff7f0e", "B16": "#9467bd", "B17": BUGGY}, window=5, ylabel="logged reward")
+ax_curve.plot(smooth([s["true_reward"] for s in runs["B17"]], 5), color=BUGGY, ls="--", label="B17, true reward")
+ax_curve.legend(fontsize="small")
 ax_curve.set_title("reward per iteration (5-iteration mean)", fontsize="small")
 plt.show()
 
@@ -721,6 +755,12 @@ assert runs["B17"][0]["reward"] < runs["fixed"][0]["reward"] - 0.1 and final["B1
 quoted = " ".join(f"{final[k]:.3f}" for k in ("fixed", *PLUMBING_IDS))
 assert quoted == "0.419 0.377 0.447 0.455 0.463 0.447 0.198"  # the values the text quotes
 assert f"{runs['fixed'][0]['reward']:.3f} {runs['B17'][0]['reward']:.3f}" == "0.359 0.203"
+assert [f"{runs[b][0]['reward']:.3f}" for b in ("B13", "B15")] == ["0.375", "0.250"]  # other draws
+assert runs["fixed"][0]["reward"] - runs["B15"][0]["reward"] > 0.1  # the same prompts laid out anew: noise alone
+assert all(s["true_reward"] == s["reward"] for s in runs["fixed"])  # a correct trainer logs the true reward
+assert runs["B17"][0]["true_reward"] == runs["fixed"][0]["reward"]  # the fixed run's first draws, scored right
+assert f"{true_final['B17']:.3f}" == "0.412" and abs(true_final["B17"] - final["fixed"]) < 0.05 < \
+    true_final["B17"] - final["B17"]  # the policy learned about as well; its logged reward says otherwise
 
 # %% [markdown]
 # What the runs show (one seed, 20 short iterations: treat gaps of a few hundredths as noise):
@@ -733,14 +773,21 @@ assert f"{runs['fixed'][0]['reward']:.3f} {runs['B17'][0]['reward']:.3f}" == "0.
 # - **All six fail a preflight probe before training starts**: B12 and B13 the left-padded sampler-vs-trainer
 #   probe, B14 the mask probe, B15 the repeat probe, B16 the reference probe (`setup_run` on a stand-in task must
 #   return a reference that is not the policy and shares none of its tensors), B17 the decode probe.
-# - **The reward flags only B17 clearly.** Final rewards: fixed 0.419, B12 0.377, B13 0.447, B14 0.455, B15 0.463,
-#   B16 0.447, B17 0.198. B17's run starts at 0.203 where the others start from the SFT model's 0.359 (the same
-#   samples as the fixed run for B12, B14 and B16, which change nothing before the first update) and stays low. B12
-#   ends a little below the fixed run; B13-B16 end level with it or above, within one short seed's noise. The
-#   catalog's level-1 hints quote the default 70 x 16 runs, where B12 also ends clearly lower.
+# - **The logged reward flags only B17 clearly, and there it is the metric that is broken.** Final logged rewards: fixed
+#   0.419, B12 0.377, B13 0.447, B14 0.455, B15 0.463, B16 0.447, B17 0.198. B17's logged reward starts at 0.203 against
+#   the fixed run's 0.359 and stays low. The training bugs B12, B14 and B16 share the fixed run's first rollout exactly
+#   (they change nothing before the first update); B13 and B15 draw other samples and start at 0.375 and 0.250. One
+#   iteration of 64 samples has a noise of several hundredths, and more: B15 draws the very same prompts, only laid out
+#   differently, and starts more than a tenth lower by sampling noise alone. So the first reward says little on its own;
+#   B17's logged reward stays low all run, and `text_mismatch` names it. B17 corrupts the logged reward, not so much the
+#   policy: its true reward (the text up to the first EOS) starts at the fixed run's 0.359 (the same draws, scored
+#   right) and ends at 0.412, near the fixed run's 0.419 (the dashed bar and curve). B12 ends a little below the fixed
+#   run; B13-B16 end level with it or above, within one short seed's noise. The catalog's level-1 hints quote the
+#   default 70 x 16 runs, where B12 also ends clearly lower.
 #
 # > **You should know.** For the plumbing bugs the reward curve is a poor detector: four of six look healthy in a
-# > short run. What catches them is an invariant that is exactly true in a correct trainer: sampler and trainer
+# > short run, and the one it flags clearly, B17, is a bug in the reward itself (here its true reward ends near the
+# > fixed run's). What catches them is an invariant that is exactly true in a correct trainer: sampler and trainer
 # > agree on padded rows; the mask ends at the first EOS; a group holds one prompt; the reference differs from the
 # > policy after an update; the reward text is the decode of the masked tokens. Log each one, and probe each
 # > building block with a tiny input before training.
@@ -756,7 +803,7 @@ print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
 #    experiment tells them apart?
 # 2. Why does a missing `position_ids` cost GPT-2 a lot and a RoPE model (almost) nothing?
 # 3. Your logged mean completion length is 1.9 tokens but the decoded answers are about 2 characters plus an EOS.
-#    What is wrong, and what does the policy not learn?
+#    What is wrong, and what happens to the learning of when to stop?
 # 4. `adv_group_mean` is 1e-8 in every iteration. Does that prove the groups are right?
 # 5. The KL to the reference is 0.02 and the reward is slightly higher than last week's run. Good news?
 # 6. Why does the first-iteration reward of a run say something about B17 but nothing about B12?
@@ -772,14 +819,20 @@ print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
 # 2. RoPE scores depend only on position differences, and a constant offset of a row's real tokens leaves them
 #    unchanged (the PAD keys are masked); GPT-2 adds a learned embedding of the absolute position to every input
 #    (notebook 08 §1).
-# 3. The completion mask stops before the EOS (B14): the logged length is `mask.sum`. The policy gets no gradient
-#    on the EOS, so reward never trains *when* to stop (notebook 08 §3).
+# 3. The completion mask stops before the EOS (B14): the logged length is `mask.sum`. The EOS token's own log-prob
+#    gets no gradient, so *when* to stop is trained only indirectly (pushing down a token that a wrong answer wrote
+#    instead of its EOS moves some softmax mass to EOS), and an empty answer (EOS first) is masked out entirely, so
+#    it is never penalised (notebook 08 §3).
 # 4. No. Advantages are centred within whatever group they were normalised in, mixed or not; check that each
 #    group's samples share one prompt (`mixed_groups`), and that the layout is `[p0]*G + [p1]*G` (notebook 08 §4).
-# 5. Check `ref_gap`: if it is exactly 0 after the first update, the reference is the live policy (B16), the KL
+# 5. Check `ref_gap`: if it is exactly 0 once the policy has moved, the reference is the live policy (B16), the KL
 #    only measures the drift within one batch, and nothing anchors the policy to the SFT model (notebook 08 §5).
-# 6. The first iteration's reward is measured before any update, on the SFT model's samples: a scoring bug (B17)
-#    changes it, a training bug (B12) cannot (notebook 08 §6, notebook 08 §7).
+#    It is 0 in a healthy run too whenever the policy has not moved yet: at iteration 0, and after iterations whose
+#    updates were all zero (every group constant, so every advantage 0).
+# 6. The first iteration's reward is measured before any update, on the SFT model's samples: a scoring bug (B17) changes
+#    it, a training bug (B12) cannot. One iteration's mean has a noise of several hundredths or more, so only a large
+#    drop says anything; and under B17 the logged reward stays wrong all run, while the reward of the text up to the EOS
+#    climbs far above it (notebook 08 §6, notebook 08 §7).
 # 7. The reward text (decode only through the first EOS, B17) and the loss (the mask ends at the first EOS and
 #    covers it, B14); also the training forward's attention mask, which hides them like padding.
 # </details>

@@ -201,7 +201,7 @@ BUGS = [
     Bug("B15", "repeat_prompts", "prompts tiled instead of repeated (a group holds G different prompts)",
         symptom="nothing in a default run's reward or progress line flags it: the advantages are centred "
                 "(adv_group_mean at rounding level) and the reward is not visibly hurt (a default run ends at 0.66 "
-                "where a healthy one reaches 0.67); print one rollout batch's prompts beside their rewards and "
+                "where a healthy one reaches 0.67); print one sampled batch's prompts beside their rewards and "
                 "advantages",
         stats=("adv_group_mean", "reward"),
         source="PrimeIntellect-ai/prime-rl pull request 600 (prompts duplicated as [p1, p2] * n instead of [p1, p1, "

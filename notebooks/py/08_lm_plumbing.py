@@ -580,8 +580,9 @@ plt.show()
 # reference probe runs `setup_run` on a stand-in task and fails on it. The KL term does not vanish altogether:
 # within one rollout batch it becomes a penalty toward $\pi_{\text{old}}$ (on the sampled tokens, with the k3
 # estimator), a limit on each batch's step. What is lost is the anchor to the SFT model: nothing in the loss refers
-# to it any more, and the logged KL no longer measures the distance to it (in a default run it logs a few hundredths
-# while the policy's actual KL to the SFT model is about a quarter of a nat). The reward need not suffer (in
+# to it any more, and the logged KL no longer measures the distance to it (in a default run it logs a few hundredths,
+# the catalog's level-1 hint, about a tenth of a healthy run's, while nothing stops the policy's real distance to the
+# SFT model from growing as in a healthy run). The reward need not suffer (in
 # notebook 08 §7's short run B16 ends above the fixed run).
 # The report: TRL issue 2046 (one model object passed as both `policy` and `ref_policy` to PPO and RLOO; the issue
 # asks for a same-object check).

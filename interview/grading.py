@@ -236,6 +236,7 @@ def grade_jobs(jobs: list[Job]) -> list[dict]:
     kinds = [("tests", testing_process)]
     if any(d["test"] or d["other_edits"] for d in data):  # else nothing needs a training run
         kinds.append(("training", training_process))
+        sandbox.warm_up()  # torch._dynamo's import (about 1 s), once here, not once in each forked process
 
     cancel = threading.Event()  # set when the tests alone show that no file can be graded
 

@@ -1,12 +1,14 @@
 """`make hint`: one hint per bug a file still has, in three levels.
 
 Level 1 is the symptom and the logged statistics that show it (never the function), level 2 the function
-and the tiny input that exposes the bug, level 3 the fix, with the fixed twin's `# FIX <id>` lines. Hints are
-labelled `hint i of n (level L)`, never by bug id (the README maps ids to functions).
+and the tiny input that exposes the bug, level 3 the fix, with the fixed twin's statements that carry
+`# FIX <id>` (each whole). Hints are labelled `hint i of n (level L)`, never by bug id (the README maps ids to
+functions).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 
 import grpo_support
@@ -22,10 +24,32 @@ def statistic_line(name: str) -> str:
     return f"{name}: {row.meaning} (healthy: {monitor.render_bounds(row.lo, row.hi)})"
 
 
+FIX_TAG = re.compile(r"\s*#\s*FIX (B\d+)\b.*$")
+
+
 def fix_lines(bug_id: str) -> list[str]:
-    """The lines of grpo_fixed.py that carry `# FIX <bug_id>:`, as the code of the fix."""
-    tag = re.compile(rf"#\s*FIX {bug_id}\b")
-    return [line.strip() for line in FIXED.read_text().splitlines() if tag.search(line)]
+    """The code of the fix: every statement of grpo_fixed.py with a line that carries `# FIX <bug_id>:`, whole
+    (a call or a return continued over several lines is shown with all of them, indented as written; of a
+    compound statement such as `if ...:` or `try:`, its tagged line alone). Another bug's FIX comment on a
+    line shown is cut."""
+    source = FIXED.read_text()
+    lines = source.splitlines()
+    tagged = [i for i, line in enumerate(lines, 1) if (m := FIX_TAG.search(line)) and m[1] == bug_id]
+    simple = [(n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source))
+              if isinstance(n, ast.stmt) and not isinstance(getattr(n, "body", None), list)
+              and not isinstance(n, ast.Match)]  # statements without a block of their own
+    shown: list[tuple[int, int]] = []
+    for i in tagged:
+        whole = min((s for s in simple if s[0] <= i <= s[1]), key=lambda s: s[1] - s[0], default=(i, i))
+        if whole not in shown:
+            shown.append(whole)
+    out = []
+    for first, last in shown:
+        indent = len(lines[first - 1]) - len(lines[first - 1].lstrip())
+        for line in lines[first - 1 : last]:
+            m = FIX_TAG.search(line)
+            out.append((line[:m.start()] if m and m[1] != bug_id else line)[indent:].rstrip())
+    return out
 
 
 def hint_lines(bug_id: str, level: int, label: str = "hint") -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import grpo_support
-from interview import cli, grading, hints, rounds, sandbox, spec, splice, verdicts
+from interview import cli, drill, grading, hints, interview_mode, rounds, sandbox, spec, splice, verdicts
 from workbook import catalog
 
 ROOT = rounds.ROOT
@@ -292,6 +292,45 @@ def test_hints_are_numbered_in_the_rounds_order():
     lines, _ = hints.hint(bugs, result, 2)
     assert lines == [line for i, b in enumerate(bugs, 1) for line in hints.hint_lines(b, 2, f"hint {i} of 3")]
     assert [line.split(" (level")[0] for line in lines] == ["hint 1 of 3", "hint 2 of 3", "hint 3 of 3"]
+
+
+def test_level_three_shows_each_fix_statement_whole():
+    """A fix continued over several lines (B12's return, B13's two calls) is shown with all of them, so each
+    statement's brackets balance; every tagged line is among them, and no other bug's FIX comment."""
+    fixed_lines = [line.strip() for line in fixed().splitlines()]
+    for b in catalog.BUG_IDS:
+        lines = hints.fix_lines(b)
+        text = "\n".join(lines)
+        assert all(text.count(o) == text.count(c) for o, c in ("()", "[]", "{}")), (b, lines)
+        tagged = [line for line in fixed_lines if re.search(rf"# FIX {b}\b", line)]
+        assert [line.strip() for line in lines if re.search(rf"# FIX {b}\b", line)] == tagged, b
+        assert all(line.strip() in fixed_lines for line in lines), b
+    assert hints.fix_lines("B12")[0].startswith("return dict(input_ids=input_ids, attention_mask=attention_mask,")
+    assert len(hints.fix_lines("B13")) == 5, hints.fix_lines("B13")  # both calls, with their continuation lines
+
+
+def test_the_interview_asks_every_bugs_own_cards_first():
+    """`make interview` asks a round's cards first: each catalogued card exists in the bank (a card id it does
+    not know would be dropped without a word), in the bug's order, then the general ones."""
+    bank = drill.load_bank()
+    for b in catalog.BUGS:
+        assert b.cards, b.id
+        cards = [q.id for q in interview_mode.question_cards([b.id], bank)]
+        assert cards[: len(b.cards)] == list(b.cards), (b.id, cards)
+    plumbing = interview_mode.question_cards(catalog.PLUMBING_IDS[:3], bank)
+    expected = list(dict.fromkeys(c for b in catalog.PLUMBING_IDS[:3] for c in catalog.bug(b).cards))
+    assert [q.id for q in plumbing][: len(expected)] == expected
+
+
+def test_mock_draws_from_the_whole_catalog_and_bugs_all_is_every_bug():
+    n = len(catalog.BUG_IDS)
+    assert rounds.parse_bugs("all") == n == rounds.catalog_size() and set(catalog.PLUMBING_IDS) < set(catalog.BUG_IDS)
+    assert rounds.draw(0, n) == catalog.BUG_IDS
+    assert any(set(rounds.draw(r, 3)) <= set(catalog.PLUMBING_IDS) for r in range(200)), "a round of plumbing bugs"
+    text = rounds.round_source(0, n, WHEN)
+    assert text.split("\n", 1)[0].startswith(f"# GRPO practice round 0: {n} bugs of {n},")
+    mine, buggy = functions(text), functions(handout())
+    assert all(mine[catalog.bug(b).function] == buggy[catalog.bug(b).function] for b in catalog.PLUMBING_IDS)
 
 
 def test_a_grade_without_reveal_names_catalogued_functions_only_in_fixed_and_crash_lines():

@@ -34,6 +34,7 @@ import grpo_support
 from tinylm import CausalLMOutput, CharTokenizer, TinyLM, TinyLMConfig
 from workbook import catalog, nb01_bugs
 from workbook.run_summary import final_reward
+from workbook.tasks import TASKS
 
 BUG_ID = re.compile(r"B\d+")
 TOKENIZER = CharTokenizer("0123456789+=")
@@ -363,7 +364,11 @@ def test_B14_completion_mask_covers_the_first_eos_and_nothing_after(impl):
 
 
 def test_B17_reward_text_stops_at_the_first_eos(impl):
-    eos = TOKENIZER.eos_token_id
+    eos, pad, bos = TOKENIZER.eos_token_id, TOKENIZER.pad_token_id, TOKENIZER.bos_token_id
+    one, nine, three = TOKENIZER.encode("193", False)
+    sampled = torch.tensor([[one, pad, nine, bos, eos, three]])  # a PAD and a BOS sampled before the EOS
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool)
+    assert impl.decode_completions(TOKENIZER, sampled, mask) == ["19"]
     rows = [[*TOKENIZER.encode("19", False), eos, *TOKENIZER.encode("3", False)], TOKENIZER.encode("4+4=", False)]
     completions = torch.tensor(rows)  # (2, T=4): an answer, EOS and a sampled '3'; four tokens without an EOS
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)  # through the first EOS
@@ -386,15 +391,21 @@ def test_B15_rollout_groups_hold_one_prompt_each(impl):
     assert stats["mixed_groups"] == 0
 
 
-def test_B16_the_reference_stays_the_starting_policy(impl):
-    """After an update of the policy, the reference still scores like the SFT model it started as."""
-    task, policy, ref_policy, tok, optimizer, cfg, g = tiny_setup(impl)
+@pytest.mark.parametrize("task_name", ["addition", "sparse"])
+def test_B16_the_reference_stays_the_starting_policy(impl, task_name):
+    """The reference scores exactly like the policy it starts from, in eval mode (dropout 0.5 in both, so a
+    reference left in train mode is seen), and an update of the policy does not move it; for the SFT checkpoint
+    (AdditionTask) and for a fresh seeded model (SparseMatchTask, no checkpoint)."""
+    cfg = impl.make_config(prompts_per_batch=4, group_size=4, dropout=0.5)
+    policy, ref_policy, tok, optimizer, _ = impl.setup_run(TASKS[task_name](), cfg, 0)
     assert ref_policy is not policy
-    ids = tok(["12+3="])["input_ids"]
+    ids = tok(["12"])["input_ids"]
     before = ref_policy(ids).logits.detach().clone()
-    policy(ids).logits.sum().backward()
+    assert torch.equal(ref_policy(ids).logits, before), "the reference is not deterministic: dropout left on?"
+    assert torch.equal(policy.eval()(ids).logits, before), "the reference is not the policy it starts from"
+    policy.train()(ids).logits.sum().backward()
     optimizer.step()
-    assert not torch.equal(policy(ids).logits, before), "the policy moved"
+    assert not torch.equal(policy.eval()(ids).logits, before), "the policy moved"
     assert torch.equal(ref_policy(ids).logits, before), "the reference moved with it"
 
 
@@ -595,7 +606,8 @@ def catalog_tests():
         marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
         if marks:
             argnames = [a.strip() for a in marks[0].args[0].split(",")]
-            params = [dict(zip(argnames, values, strict=True)) for values in marks[0].args[1]]
+            rows = [(v,) if len(argnames) == 1 else v for v in marks[0].args[1]]  # one name: bare values
+            params = [dict(zip(argnames, values, strict=True)) for values in rows]
         else:
             params = [{}]
         found[name] = (fn, set(BUG_ID.findall(name)), params)

@@ -9,8 +9,10 @@ test, not only the short training run: the two that passed every test got one in
 clipping after optimizer.step() and an L1 clip: test_B11_the_step_applies_the_gradient_clipped_to_its_l2_norm),
 never a special case in the grader. The correct fixes pass every test but those marked beyond_spec (the
 fixed twin's exact centring and tiny-reward precision, which SPEC.md does not ask for).
-AWAITING_A_CATALOG_TEST holds wrong fixes that every test passes today (so the grader counts them as fixed):
-their test is expected to fail until tests/test_catalog.py catches them; then they move into FIXES.
+Four more wrong fixes passed every test until tests/test_catalog.py caught them: a reference of random weights,
+a second fresh model, a reference left in train mode (test_B16_the_reference_stays_the_starting_policy, with
+dropout 0.5 and a fresh-model task), and a reward text that keeps a PAD or BOS sampled before the EOS
+(test_B17_reward_text_stops_at_the_first_eos).
 """
 
 from __future__ import annotations
@@ -415,7 +417,15 @@ FIXES = {  # bug id -> (wrong fixes, correct fixes): name -> the buggy function'
         {"shallow copy (shares the parameters)": setup("ref_policy = copy.copy(policy).eval()"),
          "shallow copy, frozen (freezes the policy too)": setup(
             "ref_policy = copy.copy(policy).eval().requires_grad_(False)"),
-         "policy.eval() (the same object)": setup("ref_policy = policy.eval()")},
+         "policy.eval() (the same object)": setup("ref_policy = policy.eval()"),
+         "a new TinyLM of random weights (nothing loaded)": setup(
+            "ref_policy = TinyLM(policy.config).eval().requires_grad_(False)"),
+         "a second fresh TinyLM for a task without a checkpoint": setup_branches(
+            "ref_policy = TinyLM(TinyLMConfig(tokenizer.vocab_size, dropout=cfg.dropout))",
+            "ref_policy = TinyLM.from_pretrained(task.checkpoint, dropout=cfg.dropout)",
+            "ref_policy.eval().requires_grad_(False)"),
+         "deepcopy left in train mode (dropout on in the reference when cfg.dropout > 0)": setup(
+            "ref_policy = copy.deepcopy(policy)")},
         {"deepcopy and eval, parameters left trainable (used only under no_grad)": setup(
             "ref_policy = copy.deepcopy(policy).eval()"),
          "deepcopy, then eval and no grad one by one": setup(
@@ -441,7 +451,10 @@ FIXES = {  # bug id -> (wrong fixes, correct fixes): name -> the buggy function'
          "each row cut at its count of non-PAD tokens": body(
             DECODE, "    lengths = (completions != tokenizer.pad_token_id).sum(dim=1)",
             "    return [tokenizer.decode(row[:n], skip_special_tokens=True)",
-            "            for row, n in zip(completions, lengths)]")},
+            "            for row, n in zip(completions, lengths)]"),
+         "decoded, cut at the EOS text, PAD and BOS kept": body(
+            DECODE, "    eos = tokenizer.tokens[tokenizer.eos_token_id]",
+            "    return [t.split(eos)[0] for t in tokenizer.batch_decode(completions)]")},
         {"torch.where with PAD": body(
             DECODE, "    kept = torch.where(mask, completions, tokenizer.pad_token_id)",
             "    return tokenizer.batch_decode(kept, skip_special_tokens=True)"),
@@ -458,23 +471,6 @@ FIXES = {  # bug id -> (wrong fixes, correct fixes): name -> the buggy function'
             "    texts = tokenizer.batch_decode(completions)",
             "    return [t.split(eos)[0].replace(pad, '').replace(bos, '') for t in texts]")},
     ),
-}
-
-
-AWAITING_A_CATALOG_TEST = {  # bug id -> wrong fixes that pass every test today, so the grader counts them fixed
-    "B16": {  # the reference stays put, but it is not the policy it starts from, or not in eval mode
-        "a new TinyLM of random weights (nothing loaded)": setup(
-            "ref_policy = TinyLM(policy.config).eval().requires_grad_(False)"),
-        "a second fresh TinyLM for a task without a checkpoint": setup_branches(
-            "ref_policy = TinyLM(TinyLMConfig(tokenizer.vocab_size, dropout=cfg.dropout))",
-            "ref_policy = TinyLM.from_pretrained(task.checkpoint, dropout=cfg.dropout)",
-            "ref_policy.eval().requires_grad_(False)"),
-        "deepcopy left in train mode (dropout on in the reference when cfg.dropout > 0)": setup(
-            "ref_policy = copy.deepcopy(policy)")},
-    "B17": {  # a PAD or BOS sampled before the EOS stays in the text as '<pad>' or '<bos>'
-        "decoded, cut at the EOS text, PAD and BOS kept": body(
-            DECODE, "    eos = tokenizer.tokens[tokenizer.eos_token_id]",
-            "    return [t.split(eos)[0] for t in tokenizer.batch_decode(completions)]")},
 }
 
 
@@ -517,12 +513,6 @@ def check(tmp_path: Path, bug_id: str, wrong: dict[str, str], right: dict[str, s
 def test_wrong_fixes_do_not_count_and_correct_ones_do(tmp_path, bug_id):
     check(tmp_path, bug_id, *FIXES[bug_id])
 
-
-@pytest.mark.xfail(strict=True, reason="every test passes these wrong fixes (AWAITING_A_CATALOG_TEST); once "
-                                       "tests/test_catalog.py catches them, move them into FIXES")
-@pytest.mark.parametrize("bug_id, name", [(b, name) for b, wrong in AWAITING_A_CATALOG_TEST.items() for name in wrong])
-def test_wrong_fixes_awaiting_a_catalog_test(tmp_path, bug_id, name):
-    check(tmp_path, bug_id, {name: AWAITING_A_CATALOG_TEST[bug_id][name]}, {})
 
 def test_putting_b6_back_while_fixing_the_drawn_bug_is_a_named_regression(tmp_path):
     number, text = one_bug_round("B4")

@@ -496,7 +496,10 @@ def quoted(bug_id: str, *texts: str) -> None:
 
 
 def all_in_range(history):
-    return all(grpo_fixed.in_range(s, name) for s in history for name in grpo_support.STATS)
+    """Every STATS range holds at every iteration (ref_gap from iteration 1: before any update it is 0 in a
+    correct run too)."""
+    return all(grpo_fixed.in_range(s, name) for s in history for name in grpo_support.STATS
+               if not (name == "ref_gap" and s["iteration"] == 0))
 
 
 @pytest.mark.slow

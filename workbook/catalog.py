@@ -168,7 +168,7 @@ BUGS = [
                "left-padded prompts: harmless under RoPE, wrong for absolute-position models such as GPT-2 and this "
                "TinyLM); huggingface/transformers issue 18388 (generate and forward logits differ when the position "
                "ids ignore the left padding)",
-        cards=("consistency-not-correctness", "invariants", "debug-method"),
+        cards=("position-ids-padding", "consistency-not-correctness", "invariants"),
         probe="score one prompt and completion ('12+3=' then '23' and EOS) as a row alone and behind three PAD "
               "tokens: the trainer's log-probs should be equal; here the padded row's differ",
         fix="a model called without position_ids numbers every row 0..L-1, so a left-padded row's real tokens "
@@ -194,7 +194,7 @@ BUGS = [
         source="rasbt/reasoning-from-scratch pull request 185 (GRPO sampled responses dropped the EOS token, so "
                "stopping got no gradient); huggingface/trl issue 1623 (EOS masked out of an SFT loss: the model never "
                "learns to stop)",
-        cards=("loss-aggregation", "truncated-completions", "invariants"),
+        cards=("completion-mask-test", "truncated-completions", "invariants"),
         probe="completion [5, EOS, 7, EOS]: the mask should be [1, 1, 0, 0]; here it is [1, 0, 0, 0]",
         fix="counting the EOS tokens up to and including t drops the first EOS itself: count those strictly "
             "before t, so the mask ends on the first EOS"),
@@ -218,7 +218,7 @@ BUGS = [
         stats=("kl", "reward"),
         source="huggingface/trl issue 2046 (one model object passed as both policy and ref_policy to PPO and RLOO, so "
                "the KL anchor moved with the policy; the issue asks for a same-object check)",
-        cards=("ref-not-old", "kl-vs-clip", "beta-cost"),
+        cards=("ref-is-policy", "ref-not-old", "kl-vs-clip"),
         probe="take one optimizer step on the policy and score a prompt with the reference before and after: "
               "the reference's logits should not change; here they move with the policy's",
         fix="the reference must be a frozen copy of the starting policy (deepcopy, eval, no grad), not another "
@@ -230,7 +230,7 @@ BUGS = [
         stats=("reward", "completion_length"),
         source="ZHZisZZ/dllm issue 118 (GRPO text rewards decoded from the full fixed-length completion, so tokens "
                "after the first EOS change the reward)",
-        cards=("truncated-completions", "invariants", "debug-method"),
+        cards=("reward-text-eos", "truncated-completions", "invariants"),
         probe="tokens '1', '9', EOS, '3' with the mask through EOS: the text should be '19'; here it is '193'",
         fix="the sampler writes T tokens per row; what follows the first EOS is not part of the answer: blank it "
             "with the mask before decoding"),

@@ -416,7 +416,8 @@ plt.show()
 #
 # > **You should know.** The completion mask covers the first EOS and nothing after it; test it on
 # > `[x, EOS, y, EOS]`, on a row that starts with EOS and on a row without one. The logged length is `mask.sum`, so
-# > a length one token shorter than the decoded text is this bug's fingerprint.
+# > a length equal to the decoded answer's token count, one short of the answer plus its EOS, is this bug's
+# > fingerprint.
 #
 # <details><summary>The buggy mask is False on every token of a completion that starts with EOS. What happens in
 # the loss, and in <code>masked_mean</code>?</summary>

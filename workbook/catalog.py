@@ -172,7 +172,8 @@ BUGS = [
         probe="score one prompt and completion ('12+3=' then '23' and EOS) as a row alone and behind three PAD "
               "tokens: the trainer's log-probs should be equal; here the padded row's differ",
         fix="a model called without position_ids numbers every row 0..L-1, so a left-padded row's real tokens "
-            "sit at shifted positions: pass position_ids = cumsum(attention_mask) - 1, as the sampler does"),
+            "sit at shifted positions: pass position_ids = cumsum(attention_mask) - 1 (clamped at 0 on the padding), "
+            "as the sampler does"),
     Bug("B13", "generate", "sampling without the attention mask (pad tokens attended)",
         symptom="training log-probs differ from the sampler's from the first iteration on, by 0.09 to 4.4 nats "
                 "(logprob_gap), only on rows whose prompt was left-padded (logprob_gap_unpadded stays at rounding "

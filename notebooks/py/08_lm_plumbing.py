@@ -199,8 +199,9 @@ assert abs(score["absolute"](5, 2) - score["absolute"](8, 5)) > 0.1
 #
 # > **You should know.** Sampler and trainer must see each row at the same positions. `transformers`' `generate()`
 # > derives positions from the attention mask; a hand-written training forward must pass `position_ids =
-# > cumsum(attention_mask) - 1`. Test it by scoring one row alone and behind a few PAD tokens: the log-probs
-# > must be equal. RoPE hides a missing offset (relative positions are unchanged); absolute position embeddings
+# > cumsum(attention_mask) - 1`, with the padding set to a valid index (clamped at 0 here; `generate()` puts 1).
+# > Test it by scoring one row alone and behind a few PAD tokens: the log-probs must be equal to rounding. RoPE
+# > hides a missing offset (relative positions are unchanged); absolute position embeddings
 # > (GPT-2) do not.
 #
 # <details><summary>Why is a row without padding scored correctly under B12, and what does that do to the
@@ -407,10 +408,11 @@ plt.show()
 # log-prob gets no push in any row. The buggy mask also changes the normaliser: row 0 counts 1 token instead of 2, so
 # the `'2'` gets a larger share of the loss. Stopping is still trained, but only indirectly: a digit written after a
 # right answer, instead of its EOS, is a masked-in token of a wrong answer and is pushed down, and lowering its
-# log-prob moves softmax mass to the other tokens at that position, part of it to EOS. The one case with no path at
-# all is the empty answer: a completion whose first token is EOS is masked out entirely, so it is never penalised,
-# however often it is sampled. That fits the catalog's level-1 hint, a reward not visibly hurt in a default run. The
-# reports: rasbt/reasoning-from-scratch pull request 185 (GRPO's sampled responses dropped the EOS token, so it got
+# log-prob moves softmax mass to the other tokens at that position, part of it to EOS. The empty answer is the
+# extreme case: a completion whose first token is EOS is masked out entirely, so it is never penalised directly,
+# however often it is sampled (its probability moves only through the other rows' first tokens). That fits the
+# catalog's level-1 hint, a reward not visibly hurt in a default run. The reports: rasbt/reasoning-from-scratch
+# pull request 185 (GRPO's sampled responses dropped the EOS token, so it got
 # no gradient), and TRL issue 1623 (the same in an SFT loss, where the EOS is then never a target: the model never
 # learns to stop).
 #
@@ -824,13 +826,13 @@ print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
 # 3. The completion mask stops before the EOS (B14): the logged length is `mask.sum`. The EOS token's own log-prob
 #    gets no gradient, so *when* to stop is trained only indirectly (pushing down a token that a wrong answer wrote
 #    instead of its EOS moves some softmax mass to EOS), and an empty answer (EOS first) is masked out entirely, so
-#    it is never penalised (notebook 08 §3).
+#    it is never penalised directly (notebook 08 §3).
 # 4. No. Advantages are centred within whatever group they were normalised in, mixed or not; check that each
 #    group's samples share one prompt (`mixed_groups`), and that the layout is `[p0]*G + [p1]*G` (notebook 08 §4).
 # 5. Check `ref_gap`: if it is exactly 0 once the policy has moved, the reference is the live policy (B16), the KL
 #    only measures the drift within one batch, and nothing anchors the policy to the SFT model (notebook 08 §5).
-#    It is 0 in a healthy run too whenever the policy has not moved yet: at iteration 0, and after iterations whose
-#    updates were all zero (every group constant, so every advantage 0).
+#    It is 0 in a healthy run too while every update so far was zero: at iteration 0, and as long as every group so
+#    far was constant (every advantage 0).
 # 6. The first iteration's reward is measured before any update, on the SFT model's samples: a scoring bug (B17) changes
 #    it, a training bug (B12) cannot. One iteration's mean has a noise of several hundredths or more, so only a large
 #    drop says anything; and under B17 the logged reward stays wrong all run, while the reward of the text up to the EOS

@@ -1664,3 +1664,84 @@ plt.show()
 # NBVAL_IGNORE_OUTPUT
 print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s, "
       f"{nb06_variants.cached_runs()} training runs")
+
+# %% [markdown]
+# ## 9. Self-check
+#
+# 1. Four completions of lengths 1, 2, 4 and 8 (T_max = 8) with advantages +1, −1, +1, −1. What does one token of
+#    the length-8 wrong answer weigh against one of the length-2 wrong answer under the GRPO paper's per-sequence
+#    mean, the token mean and Dr. GRPO's constant? Did the short RambleTask runs show the length bias?
+# 2. Binary rewards, G = 8: a hard prompt with 1 success and a medium one with 4. How much does the hard prompt
+#    weigh relative to the medium one with the group std, the batch std and no scaling, and which switch picks
+#    the scaling in TRL and in verl?
+# 3. Why can a rare token with A > 0 barely grow within one rollout, what does `epsilon_high` change, and does the
+#    upper clip cap the token's probability?
+# 4. Under GSPO, a completion with token ratios 1.350, 1.350, 1.350, 1.000, A > 0 and ε = 0.2: which of its tokens
+#    keep a gradient at token level and at sequence level? What else must you set in TRL or verl to get the GSPO
+#    paper's loss?
+# 5. For a binary reward with success rate p, what share of groups of G carries no signal, what do those groups
+#    still cost, and what did dynamic sampling buy on AdditionTask from its SFT checkpoint?
+# 6. β·KL in the reward (k1) or in the loss (k3): which gradient does each give in expectation, what does k1 in the
+#    loss give, and is the same β the same strength in both places?
+# 7. You set TRL's `mask_truncated_completions=True` and nothing else. What can go wrong, what do you watch, and
+#    why did the soft overlong penalty with C = 4 not rescue RambleTask either?
+#
+# <details><summary>Answers</summary>
+#
+# 1. Per-sequence mean: each token weighs 1/(N·|o_i|), so 0.03125 against 0.12500, a quarter (0.25): every
+#    completion totals 0.25, and the same mistake spread over more tokens is penalised less per token. Token mean
+#    and constant: every token weighs the same (0.06667 and 0.03125), so a completion's total grows with its
+#    length. The runs did not show the bias: under the per-sequence mean the wrong completions were the longest
+#    (6.77 tokens over the last 10 iterations, against 6.53 and 6.46), but by only 0.25 and 0.31 tokens, on one
+#    seed: too small to call (notebook 06 §1).
+# 2. The group std divides each sampled group by its own std, which multiplies its advantages (against no
+#    scaling) by 1/√(p̂(1−p̂)), p̂ = k/G, so groups with one odd reward weigh most: the hard prompt's success gets
+#    A = +2.6458 = √(G−1), and the prompt weighs 0.6614 of the medium one; with the batch std or no scaling 0.4375
+#    (the batch std divides every group by the same number, so it keeps the unscaled proportions). The scaling is
+#    a choice of which prompts matter, not only of units. On AdditionTask (one seed, 20 iterations) it moved the
+#    share of Σ|A| on extreme groups (0.116 against 0.073 and 0.074), not the reward (0.419, 0.434, 0.438).
+#    TRL 1.16.0 `scale_rewards` (`"group"`, the default, `"batch"`, `"none"`); verl 0.9.1
+#    `algorithm.norm_adv_by_std_in_grpo` (`True` by default; `False` as in Dr. GRPO) (notebook 06 §2).
+# 3. For A > 0 the token's own gradient is zero once ρ > 1 + ε_high, so within one rollout it pushes its
+#    probability to about (1 + ε_high)·π_old and no further: an absolute gain of ε_high·π_old. At ε_high = 0.2 the
+#    token with π_old = 0.70 gains 0.1403, the one with π_old = 0.01 only 0.0022, 64 times less. A larger ε_high
+#    (TRL `epsilon_high`, verl `clip_ratio_high`, DAPO's 0.28; keep the lower clip at 0.2) lets rare tokens climb
+#    faster. The clip caps the incentive, not the probability: with a bias shared by two contexts, the rare token
+#    passed 1.2 at step 10 and its own gradient was exactly 0 from then on, yet its ratio ended at 1.8586, carried
+#    by the other context's gradient. On ReverseTask a wider upper clip clipped fewer A > 0 tokens (0.133, 0.102,
+#    0.073 for ε_high = 0.2, 0.28, 0.4) and the reward rose (0.239, 0.275, 0.306) while the entropy fell (0.942,
+#    0.800, 0.724): over 20 iterations the wider window let the policy sharpen faster on what it already found;
+#    DAPO's entropy argument is about rare tokens over long runs. One seed: read the directions, not the sizes
+#    (notebook 06 §3).
+# 4. GSPO's s_i is the geometric mean of the token ratios, exp(mean_t log ρ_{i,t}); here s = 1.2523 > 1.2, so
+#    sequence-level clipping drops the whole completion (all four gradients 0), while token-level clipping keeps
+#    the fourth token (gradient 0.1250). s spreads less than the token ratios (std of log s 0.0778 against 0.1557
+#    for log ρ in the token-level run), so set its clip radius for s instead of copying 0.2. TRL 1.16.0
+#    `importance_sampling_level="sequence"` with `loss_type="grpo"`; verl 0.9.1 `policy_loss.loss_mode=gspo` with
+#    `loss_agg_mode=seq-mean-token-mean`. The default aggregations (TRL `"dapo"`, verl `token-mean`) weight each
+#    completion by its length instead (notebook 06 §4).
+# 5. p^G + (1 − p)^G; at p = 0.1, G = 8 only 0.5695 of the groups are informative. The others were generated and
+#    scored, have all-zero advantages, and still enter the KL term and the token mean's denominator. From the SFT
+#    checkpoint few groups were wasted (0.094, an effective batch of 7.25 of 8); dynamic sampling filled all 8 at
+#    the price of 216 generated groups instead of 160 and bought nothing visible: reward 0.391 against 0.419, and
+#    0.403 against 0.422 after about the same generation budget (168 and 160 groups), within one seed's noise. It
+#    pays where most groups are all-wrong or all-right. verl 0.9.1 `algorithm.filter_groups.enable`; TRL 1.16.0
+#    has no switch and logs `frac_reward_zero_std` (notebook 06 §5).
+# 6. k1 in the reward reaches the policy through the advantage as a score-function term, with expected gradient
+#    β∇KL(π ‖ π_ref). k3 in the loss is differentiated directly, with expected gradient β∇KL(π_ref ‖ π), the other
+#    direction (+0.33191 against +0.28259 on the first logit of the tiny input). k1 in the loss pulls nowhere in
+#    expectation (gradient 0); TRL 1.16.0's `use_bias_correction_kl=True` multiplies k3 by ρ, which restores
+#    ∇KL(π ‖ π_ref). Not the same strength: in the reward the penalty is baselined and normalised with the task
+#    reward, so its weight depends on the reward's spread; in the loss its weight is β alone. At β = 0.1 on
+#    EchoTask the KL in the loss barely anchored (k3 estimate 0.5455 over the last 10 iterations, against 0.6250
+#    with β = 0), the KL in the reward far more (0.2174), at a lower reward (0.417, against 0.489 and 0.507)
+#    (notebook 06 §6).
+# 7. Masking keeps the truncated completions' rewards in the group's mean and std but takes their tokens out of
+#    the loss. That removes the noise (a right answer that ran over no longer gets its tokens pushed down) and
+#    also the only signal to stop: on RambleTask the truncated fraction rose to 0.606 over the last 10 iterations
+#    (0.562 for the twin), the mean length to 6.686 tokens (6.492), and the reward fell (0.070 against 0.117).
+#    Watch the truncated fraction per iteration (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`)
+#    and pair the mask with a soft penalty. With C = 4 on T_max = 8 the penalty starts after length 4 and is a far
+#    denser signal than the rare task reward: the completions fell to 2.006 tokens, almost none truncated (0.003),
+#    and the reward fell too (0.041). In a real run C is a small fraction of a long T_max (notebook 06 §7).
+# </details>

@@ -993,3 +993,86 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s")
+
+# %% [markdown]
+# ## 4. Self-check
+#
+# 1. Your trainer recomputes π_old, so ρ = 1 exactly at the first inner step, but the rollout engine samples from
+#    bfloat16 logits. Is the update on-policy? What does it estimate, and which of the twins' checks can see it?
+# 2. Why is a sharper policy (larger logits) sampled less faithfully in a low precision? Is the mismatch KL a
+#    reliable measure of how wrong the update is?
+# 3. Write the truncated importance sampling (TIS) loss. On the five-logit tiny input with a float8 sampler at
+#    s = 8, what do C = 2 and C = 1 do to the bias of the update?
+# 4. On the trained twin, exactly enumerated: how much of the bias do token-level weights remove, and
+#    sequence-level ones? Why the difference, and what does the sequence level cost?
+# 5. An asynchronous worker samples with weights k updates behind. Should the clip be anchored at the behaviour
+#    policy μ that sampled or at the current policy? Use a token with A = +1 whose probability the current policy
+#    has already raised to 1.3 × μ's.
+# 6. Define the effective sample size of importance weights. What is it for ten weights, one of them 10 and nine
+#    of them 1? How does it relate to χ² and to the KL, and where does 1 − ESS ≈ 2·KL break down?
+# 7. Learning changes after you move to a new inference engine or to asynchronous rollouts. What do you log, how
+#    do you tell sampler numerics from staleness, and can you read verl's `rollout_is_eff_sample_size` as the ESS
+#    of the raw weights?
+#
+# <details><summary>Answers</summary>
+#
+# 1. No. ρ = 1 at the first step only says the trainer agrees with itself; the samples came from the sampler's q,
+#    so the update estimates E_q[A∇log p], not the policy gradient E_p[A∇log p]. In every sampler run max |ρ − 1|
+#    at the first step is 0.0e+00, so the check "ratio == 1 at the first inner step" cannot see it; the check
+#    "training log-probs match the sampler" (`logprob_gap`) failed in 20/20 iterations of every lower-precision
+#    run. On this toy the outcome did not change: the final rewards differ from the float32 run's by at most
+#    0.016, less than the spread between two float32 seeds (0.080) (notebook 07 §1, notebook 07 §1.1).
+# 2. Rounding to nearest moves a number by at most a fraction u = 2⁻ᵇ of itself for b significant bits (for
+#    numbers in the format's normal range): u = 0.00391 for bfloat16 and 0.06250 for float8 e4m3. So the error of
+#    a logit grows with the logit, and the weights p/q spread: with bfloat16 over 0.9934 to 1.0012 at s = 1 and
+#    0.9511 to 1.0125 at s = 8, and float8 reaches 0.4487 at s = 8. The KL is not a reliable measure: with
+#    bfloat16 it is 1.57e-06 at s = 4 and 5.70e-07 at s = 8, while the uncorrected update's relative error grows
+#    from 0.0052 to 0.0122. To second order the KL is ½ Var_p(δ) of the logit errors δ, and at s = 8 almost all
+#    of p's mass sits on one token, so δ barely varies under p while the rare tokens' weights are far from 1. Read
+#    the weights and the bias, not only the KL (notebook 07 §1).
+# 3. w_t = min(p(y_t)/q(y_t), C), a constant (no gradient), and L = −mean_t w_t min(ρ_t A, clip(ρ_t, 1 − ε,
+#    1 + ε) A). Uncorrected, the rewarded token, drawn with q = 0.00669 instead of p = 0.00816, gets too little
+#    push (0.821 of the policy gradient's; relative error 0.1788). C = 2 sits above every weight (the largest is
+#    1.2196) and removes the bias (relative error 0.0000). C = 1 caps the weight that carries the signal, the
+#    rewarded token's 1.2196, and gives back the uncorrected update (0.1789). Truncation is harmless only when C
+#    sits above the weights that carry the signal. TRL 1.16.0 `vllm_importance_sampling_correction` (default
+#    `True`) with `vllm_importance_sampling_clip_max` (default 3.0); verl 0.9.1
+#    `algorithm.rollout_correction.rollout_is` (default null: no weights) with `rollout_is_threshold` (default 2.0)
+#    (notebook 07 §1).
+# 4. Uncorrected, the expected update is off by 5.79e-03 of its length with a bfloat16 sampler and 1.09e-01 with
+#    float8. Token-level weights leave 0.67, 0.45 and 0.44 of it (bfloat16, float16, float8); the sequence-level
+#    weight Π_t p(y_t)/q(y_t) = p(y)/q(y), the exact importance weight, removes it up to float rounding (at most
+#    2.37e-07). The sequence's advantage is credited to every token, but a token weight corrects only that token's
+#    own draw, not the prefix it continues or the suffix that decides the reward. The bias sits in the expected
+#    update, so more samples do not average it away. The price of the sequence level is variance that grows with
+#    the length: in the log-normal model (σ = 0.5, four tokens) the sequence-level ESS is 0.3561 against 0.7794
+#    per token (notebook 07 §1.1, notebook 07 §3).
+# 5. At the current policy. Anchored at μ, the A = +1 token starts at ρ = 1.30, outside the window (> 1.2), and
+#    gets zero gradient before the first step (so does an A = −1 token lowered to 0.70 × μ's): the trust region was
+#    spent by the k updates the data missed. Anchored at the current policy (π_old recomputed by the trainer),
+#    ρ = 1 and dL/dlog p = −1.000; TIS from μ scales it to −1.300. In the runs the behaviour anchor's first-step
+#    |ρ − 1| on the worst token (mean over iterations) was 1.440 at k = 2 and 2.350 at k = 4, and its clipped
+#    fraction climbed from 0.044 (k = 0) to 0.116 and 0.155, while with the current anchor it stayed at 0.048 and
+#    0.050. The behaviour anchor's reward (0.423, 0.441, 0.367 for k = 0, 2, 4) is lower only at k = 4, by 0.056,
+#    less than the float32 seed spread (0.080): one seed shows the cost in the clip budget, not yet in the reward;
+#    TIS on top of the current anchor changed the final reward by at most 0.017. verl 0.9.1
+#    `algorithm.rollout_correction.bypass_mode: false` (its default) recomputes π_old; its fully async recipe sets
+#    it to true, the behaviour anchor. TRL 1.16.0's experimental async GRPO anchors at the sampled log-probs and
+#    bounds the lag with `AsyncGRPOConfig.max_staleness` (default 4) (notebook 07 §2).
+# 6. ESS = (Σw)²/(n Σw²) = 1/(1 + CV²(w)) ∈ [1/n, 1]: the fraction of the batch the weighted estimate is worth.
+#    Ten weights, one of them 10: 0.3312. With y ∼ q and w = p/q, in expectation ESS → 1/(1 + χ²(p ‖ q)), and for
+#    small mismatches χ² ≈ 2·KL, so 1 − ESS ≈ 2·KL: (1 − ESS)/(2·mismatch_kl) is 1.00 for the bfloat16 sampler
+#    and 0.98 for float8. Exactly, 1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), which saturates as χ² grows:
+#    for stale rollouts the ratio falls to 0.89 (k = 2) and 0.83 (k = 4, current anchor). χ² itself falls below
+#    2·KL only when the weights below 1 carry most of the divergence (notebook 07 §3).
+# 7. Log the ESS of the raw weights π_trainer/π_sampler on the sampled tokens every iteration, read as 1 − ESS on
+#    a log scale, with the mismatch KL (k3 of log w) beside it. Numerics give a flat, tiny 1 − ESS that moves with
+#    the precision: every sampler run's lowest ESS is 0.989 or more, and no iteration falls below the 0.9 bound.
+#    Staleness grows with k: iterations below 0.9 number 0 at k = 0, 1 to 4 at k = 2 and 8 to 11 at k = 4 (across
+#    the three anchors). The fixes follow the source: truncated IS and float32 logits (notebook 07 §1), or the clip
+#    at the current policy and a bound on the staleness (notebook 07 §2). verl 0.9.1's
+#    `rollout_corr/rollout_is_eff_sample_size` is the ESS of the weights it applies, truncated at
+#    `rollout_is_threshold`, and only when `rollout_is` is set; truncation raises the ESS (σ = 1 in the log-normal
+#    model: 0.3677 raw, 0.6317 truncated at C = 2) and biases the weighted mean below 1 (0.8102), so it flatters
+#    a batch. Its raw-weight diagnostic is `rollout_corr/chi2_token` (notebook 07 §3).
+# </details>

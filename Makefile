@@ -1,4 +1,4 @@
-# make lab   : set up .venv if needed, open JupyterLab on notebooks/
+# make lab   : set up .venv if needed, open JupyterLab at the repository root with notebooks/00_practice.ipynb
 # make test  : ruff, the test suite (browser tests skip without Debian's chromium), and nbval on every notebook
 # make sft   : rebuild the SFT checkpoint the trainer starts from (checkpoints/addition_sft, ~20 s, deterministic)
 # make bench : token_logprobs vs public implementations, the CLI run, notebook times, slider redraws in the browser, the grader (bench/README.md)
@@ -14,29 +14,38 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanit
 
 .PHONY: venv lab test test-fast test-browser notebooks bench sft clean mock grade hint scratch drill progress interview
 
-# The environment: the pinned requirements, then JupyterLab's settings override (jupyter/overrides.json: never
-# fetch Jupyter news, so a first start asks nothing about it, and no update check) as the environment's own
-# default settings; a changed override re-runs this recipe.
+# The environment: the pinned requirements, then the project's Jupyter defaults, installed as the environment's
+# own (a changed file re-runs this recipe): jupyter/overrides.json, JupyterLab's settings (never fetch Jupyter
+# news, so a first start asks nothing about it, and no update check), and jupyter/jupyter_lab_config.json
+# (the Lab opens notebooks/00_practice.ipynb).
 LAB_OVERRIDES := .venv/share/jupyter/lab/settings/overrides.json
+LAB_CONFIG := .venv/etc/jupyter/jupyter_lab_config.json
 
-$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json
+$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json jupyter/jupyter_lab_config.json
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	mkdir -p $(dir $(LAB_OVERRIDES))
+	mkdir -p $(dir $(LAB_OVERRIDES)) $(dir $(LAB_CONFIG))
 	cp jupyter/overrides.json $(LAB_OVERRIDES)
+	cp jupyter/jupyter_lab_config.json $(LAB_CONFIG)
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-# JupyterLab refuses to run as root unless told; containers often are root.
+# Rooted at the repository (the file browser shows the twins, SPEC.md and practice/); JupyterLab refuses to run
+# as root unless told, and containers often are root.
 lab: venv
-	$(PY) -m jupyter lab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	$(PY) -m jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
+# The browser test and nbval each execute every notebook in one kernel: on two cores they run side by side
+# (the browser test's report is printed after nbval's), and the target fails if either fails.
 test: venv
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n 2 tests -m "not browser"
-	$(PY) -m pytest -p no:xdist tests/browser
-	$(PY) -m pytest $(NBVAL) notebooks
+	@log=$$(mktemp); $(PY) -m pytest -p no:xdist tests/browser > $$log 2>&1 & browser=$$!; \
+	echo "$(PY) -m pytest $(NBVAL) notebooks   (the browser test runs beside it)"; \
+	$(PY) -m pytest $(NBVAL) notebooks; nbval=$$?; \
+	wait $$browser; browser=$$?; echo "== the browser test (tests/browser):"; cat $$log; rm -f $$log; \
+	test $$nbval = 0 && test $$browser = 0
 
 test-fast: venv
 	$(PY) -m pytest -n 2 tests -m "not slow and not browser"

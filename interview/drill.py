@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BANK_PATH = Path(__file__).resolve().parent / "questions.toml"
 SCORES_PATH = history.LOG_PATH
 """where drill answers go: the practice log"""
-LEGACY_SCORES_PATH = ROOT / "practice" / "drill_scores.json"
+LEGACY_SCORES_PATH = history.PRACTICE / "drill_scores.json"
 """the scores file of earlier versions (one JSON object), read once into the log"""
 NOTEBOOK_SOURCES = ROOT / "notebooks" / "py"
 TOPICS = ("on/off-policy", "ratio clipping", "advantage normalisation", "KL vs clipping",

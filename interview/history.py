@@ -4,7 +4,7 @@
     read()                   every event of the log, oldest first
     progress(events)         the text of `make progress`
 
-The log is practice/history.jsonl (git-ignored). Kinds and their fields:
+The log is practice/history.jsonl (git-ignored; the folder is PRACTICE). Kinds and their fields:
     round     round, bugs (how many were drawn; never which), file, interview (bool)
     grade     round, file, bugs, fixed (ids of the fixed bugs only), regressions, code
     hint      round, file, level, hints (how many bugs were hinted; never which)
@@ -27,7 +27,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOG_PATH = ROOT / "practice" / "history.jsonl"
+PRACTICE = Path(os.environ.get("GRPO_PRACTICE_DIR") or ROOT / "practice")
+"""the learner's folder: rounds, scratch files and this log (git-ignored); GRPO_PRACTICE_DIR moves it (the
+browser test points it at a temporary folder)"""
+LOG_PATH = PRACTICE / "history.jsonl"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 

@@ -20,12 +20,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from interview import history
 from interview.sandbox import CannotGrade
 from interview.splice import first_docstring_lines, handout_with_fixed
 from workbook import catalog
 
 ROOT = catalog.ROOT
-PRACTICE = ROOT / "practice"
+PRACTICE = history.PRACTICE
 ROUND_MINUTES = 45
 """length of a mock round: the debugging part of the round as SPEC.md describes it"""
 DEFAULT_BUGS = 3

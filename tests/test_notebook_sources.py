@@ -61,6 +61,33 @@ def execution_problems(nb) -> list[str]:
     return problems
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def reader_view_problems(nb) -> list[str]:
+    """What a reader should not meet ([] when nothing): an nbval marker written as a comment instead of a cell
+    tag, a slider figure with no static image before it (what shows without a kernel), no self-check with
+    hidden answers, no "Next:" in the last cell."""
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if "NBVAL_" in cell.source:
+            problems.append(f"cell {i}: an nbval marker in the code (use the cell tag, e.g. nbval-ignore-output)")
+        images = 0
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            images += "image/png" in data
+            if WIDGET_VIEW in data and str(data.get("text/plain", "")).startswith("LivePlot(") and not images:
+                problems.append(f"cell {i}: a slider figure without its static image before it")
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    if not any("Self-check" in m and "<details>" in m for m in markdown):
+        problems.append("no self-check with hidden answers (a markdown cell 'Self-check' with <details>)")
+    if not nb.cells or "**Next:" not in nb.cells[-1].source:
+        problems.append("the last cell does not say what comes next ('**Next:')")
+    return problems
+
+
 # ----------------------------------------------------------------------------------------------
 # The real notebooks
 
@@ -81,6 +108,13 @@ def test_notebook_is_stored_executed_and_clean(notebook):
     if notebook is None:
         pytest.skip("no notebooks yet")
     assert execution_problems(nbformat.read(notebook, as_version=4)) == []
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS or [None], ids=[p.stem for p in NOTEBOOKS] or ["none"])
+def test_the_reader_sees_figures_a_self_check_and_what_comes_next(notebook):
+    if notebook is None:
+        pytest.skip("no notebooks yet")
+    assert reader_view_problems(nbformat.read(notebook, as_version=4)) == []
 
 
 def test_every_py_source_has_its_notebook():
@@ -139,3 +173,23 @@ def test_execution_checker_catches_unexecuted_and_dirty_notebooks():
     error = executed_notebook()
     error.cells[2].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="boom", traceback=[])]
     assert any("ValueError" in p for p in execution_problems(error))
+
+
+def test_reader_view_checker_catches_what_the_reader_should_not_meet():
+    nb = executed_notebook()
+    assert set(reader_view_problems(nb)) == {
+        "no self-check with hidden answers (a markdown cell 'Self-check' with <details>)",
+        "the last cell does not say what comes next ('**Next:')"}
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Self-check\n1. Why?\n<details>Because.</details>"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("**Next: notebook 02**"))
+    assert reader_view_problems(nb) == []
+    widget = nbformat.v4.new_output("display_data",
+                                    data={WIDGET_VIEW: {"model_id": "x"}, "text/plain": "LivePlot(x=1)"})
+    nb.cells[1].outputs = [widget]
+    nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT\nw"
+    assert reader_view_problems(nb) == [
+        "cell 1: an nbval marker in the code (use the cell tag, e.g. nbval-ignore-output)",
+        "cell 1: a slider figure without its static image before it"]
+    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBO"}), widget]
+    nb.cells[1].source = "w"
+    assert reader_view_problems(nb) == []

@@ -7,6 +7,7 @@ moves the slider prints only its own line, and no `<Figure ...>` output appears 
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
 import subprocess
@@ -63,6 +64,23 @@ def test_first_render_runs_update_once_and_shows_a_png_of_the_figure():
     assert "rendered clip=0.2" in w.status.value
     assert w.children[0] is w.controls["clip"] and w.children[1] is w.image  # controls first
     assert repr(w) == "LivePlot(clip=0.2)"
+
+
+def test_probe_reads_another_position_and_leaves_the_default_view():
+    from workbook.widgets import moved_from_default, probe, set_value
+
+    fig, update, calls, _ = line_plot()
+    w = live_plot(fig, update, clip=slider(0.2, 0.0, 0.5, 0.05, "clip"))
+    first_png = bytes(w.image.value)
+    assert probe(w, {"clip": 0.4})["peak"] == pytest.approx(0.4)
+    assert calls == [0.2, 0.4, 0.2] and w.values() == {"clip": 0.2} and bytes(w.image.value) == first_png
+    assert "rendered clip=0.2" in w.status.value and w.status.layout.display == "none"  # the marker is hidden
+    assert not any(m.startswith("clip=") for m in moved_from_default())
+    set_value(w, "clip", 0.3)
+    assert "clip=0.3 (built at clip=0.2)" in moved_from_default()
+    with pytest.raises(KeyError, match="no control labelled"):
+        probe(w, {"nope": 1})
+    assert w.values() == {"clip": 0.3}
 
 
 def test_a_control_change_updates_the_same_figure_in_place():
@@ -388,16 +406,18 @@ def test_marker_of_a_live_plot_matches_its_own_readouts():
 
 @pytest.mark.slow
 def test_a_check_cell_prints_only_its_own_line_under_nbval(tmp_path):
-    """The harness notebook executed by nbclient: the widget cell displays one widget (no `<Figure ...>`),
-    the check cell's only output is its print, and nbval re-runs the stored notebook without a diff."""
+    """The harness notebook executed by nbclient: the widget cell displays the figure's static image, then one
+    widget (no `<Figure ...>`), the check cell's only output is its print, and nbval re-runs the stored
+    notebook without a diff."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.from_dict(lab_driver.HARNESS_LIVE_PLOT)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     widget_cell, check_cell = nb.cells
-    assert [o.output_type for o in widget_cell.outputs] == ["execute_result"]
-    bundle = widget_cell.outputs[0].data
+    assert [o.output_type for o in widget_cell.outputs] == ["display_data", "display_data"]
+    static, bundle = widget_cell.outputs[0].data, widget_cell.outputs[1].data
+    assert base64.b64decode(static["image/png"]).startswith(b"\x89PNG")
     assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/plain"] == "LivePlot(x=0.5)"
     assert [(o.output_type, o.get("text")) for o in check_cell.outputs] == [("stream", "x 0.30\n")]
     path = tmp_path / "harness.ipynb"

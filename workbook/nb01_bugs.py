@@ -16,6 +16,7 @@ import grpo_buggy
 import grpo_fixed
 from workbook.catalog import BUG_IDS, PLUMBING_IDS, bug, hybrid
 from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
+from workbook.progress import iterations
 from workbook.swap import fixed_with
 
 TWINS = (grpo_buggy, grpo_fixed)
@@ -217,10 +218,18 @@ def first_failures(history, cfg) -> dict:
     return first
 
 
-def ablation(seed: int = 0, exact_kl: tuple[str, ...] = (), **overrides) -> dict:
+def ablation(seed: int = 0, exact_kl: tuple[str, ...] = (), step=None, **overrides) -> dict:
     """Train every run of ABLATION_RUNS with the same seed and overrides; the runs labelled in exact_kl also log
-    stats["exact_kl"] (trainer(label, exact_kl=True)). -> label -> history"""
-    return {label: trainer(label, label in exact_kl).train(seed=seed, **overrides) for label in ABLATION_RUNS}
+    stats["exact_kl"] (trainer(label, exact_kl=True)); step(label), if given, is called as each run starts
+    (a progress line). -> label -> history"""
+    runs = {}
+    for label in ABLATION_RUNS:
+        if step is not None:
+            step(label)
+        steps = grpo_fixed.make_config(**overrides).steps
+        runs[label] = trainer(label, label in exact_kl).train(seed=seed, on_iteration=iterations(label, steps),
+                                                             **overrides)
+    return runs
 
 
 def ablation_bars(ax, rewards: dict, random_reward: float):

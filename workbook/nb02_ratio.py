@@ -21,6 +21,7 @@ from matplotlib.transforms import blended_transform_factory
 import grpo_fixed
 from tinylm import TinyLM
 from workbook.plots import BUGGY, FIXED, REFERENCE
+from workbook.progress import status
 from workbook.widgets import choice as widgets_choice
 
 TASK = grpo_fixed.AdditionTask()
@@ -47,7 +48,8 @@ def warm_start(iterations: int = 20, seed: int = 0) -> Snapshot:
     take one more rollout batch: a mid-run policy, whose next update the notebook replays many ways."""
     cfg = grpo_fixed.make_config(**SMALL)
     policy, ref_policy, tokenizer, optimizer, generator = grpo_fixed.setup_run(TASK, cfg, seed)
-    for _ in range(iterations):
+    for it in range(iterations):
+        status(f"training the fixed twin: iteration {it + 1} of {iterations}")
         batch, _ = grpo_fixed.rollout(policy, ref_policy, tokenizer, TASK, cfg, generator)
         grpo_fixed.update_policy(policy, optimizer, batch, cfg, generator)
     batch, stats = grpo_fixed.rollout(policy, ref_policy, tokenizer, TASK, cfg, generator)

@@ -14,6 +14,7 @@ from torch.func import vmap
 
 import grpo_fixed
 from workbook.catalog import hybrid
+from workbook.progress import iterations
 
 # ----------------------------------------------------------------------------------------------
 # 1. Clipping: the surrogate and its gradient as functions of the ratio
@@ -171,7 +172,8 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
 
     m.rollout, m.update_policy = rollout_spy, update_spy
     task = NoisyAdditionTask(reward_scale, glitch_prob, glitch_size, seed)
-    out["history"] = m.train(task, seed=seed, **overrides)
+    what = "+".join(bugs) or "the fixed twin"
+    out["history"] = m.train(task, seed=seed, on_iteration=iterations(what, cfg.steps), **overrides)
     out["clean_reward"], out["glitches"] = task.clean, task.glitches
     _RUNS[key] = out
     return out

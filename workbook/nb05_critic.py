@@ -38,6 +38,7 @@ from matplotlib.collections import LineCollection
 import grpo_fixed
 from tinylm import CausalLMOutput, CharTokenizer, TinyLM, TinyLMConfig
 from workbook import plots
+from workbook.progress import status
 
 BASELINES = ("group", "critic", "none")
 
@@ -185,6 +186,7 @@ def train_with_baseline(task=None, *, baseline="group", critic_fns: CriticFuncti
         on_setup({"policy": policy, "reference": ref_policy, "critic": critic})
     history, snapshots = [], {}
     for it in range(cfg.steps):
+        status(f"training with the {baseline} baseline: iteration {it + 1} of {cfg.steps}")
         if it in snapshot_at:
             snapshots[it] = (copy.deepcopy(policy).eval(), copy.deepcopy(critic).eval() if critic else None)
         start = time.perf_counter()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 import grpo_fixed
+from workbook.progress import iterations
 from workbook.swap import fixed_with
 from workbook.tasks import EchoTask
 
@@ -121,7 +122,8 @@ def train_variant(label: str, task=None, *, seed: int = 0, wrap: dict | None = N
     module = fixed_with(label, wrap=wrap, **functions)
     run = Run(history=[])
     _recording(module, run, probe)
-    run.history = module.train(task, seed=seed, **overrides)
+    run.history = module.train(task, seed=seed, on_iteration=iterations(f"{label} on {type(task).__name__}", cfg.steps),
+                               **overrides)
     _RUNS[key] = run
     return run
 

@@ -23,6 +23,7 @@ import torch
 
 import grpo_fixed
 import grpo_support
+from workbook.progress import iterations
 from workbook.swap import fixed_with
 
 PRECISIONS = {
@@ -171,7 +172,7 @@ def run_mismatch(precision: str, tis=None, cap: float = math.inf, seed: int = 0)
 
     m = fixed_with(f"mismatch_{precision}", generate=rounded_generate(PRECISIONS[precision]),
                    wrap={"update_policy": update_policy_with(_tis_term(tis, cap)), "rollout": recording})
-    out["history"] = m.train(seed=seed, **SHORT)
+    out["history"] = m.train(seed=seed, on_iteration=iterations(f"the {precision} sampler", SHORT["steps"]), **SHORT)
     return out
 
 
@@ -243,7 +244,7 @@ def run_stale(k: int, anchor: str, tis=None, cap: float = math.inf, seed: int = 
         return rollout
 
     m = fixed_with(f"stale_{k}", wrap={"update_policy": update_policy_with(_tis_term(tis, cap)), "rollout": stale})
-    out["history"] = m.train(seed=seed, **SHORT)
+    out["history"] = m.train(seed=seed, on_iteration=iterations(f"k = {k}, {anchor} anchor", SHORT["steps"]), **SHORT)
     out["current_reward"] = [s["current_reward"] for s in out["history"]]
     return out
 

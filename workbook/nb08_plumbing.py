@@ -19,6 +19,7 @@ import grpo_fixed
 from workbook import nb01_bugs
 from workbook.catalog import bug
 from workbook.plots import BUGGY, REFERENCE, buggy_vs_fixed
+from workbook.progress import iterations
 from workbook.swap import fixed_with
 
 PROBE_PROMPT = "12+3="
@@ -162,13 +163,20 @@ def trainer_with_true_reward(label: str):
 @functools.cache
 def _run(label: str, seed: int, overrides: tuple, true_reward: bool = False) -> tuple:
     module = trainer_with_true_reward(label) if true_reward else nb01_bugs.trainer(label)
-    return tuple(module.train(seed=seed, **dict(overrides)))
+    steps = grpo_fixed.make_config(**dict(overrides)).steps
+    return tuple(module.train(seed=seed, on_iteration=iterations(label, steps), **dict(overrides)))
 
 
-def short_runs(labels, seed: int = 0, *, true_reward=(), **overrides) -> dict:
+def short_runs(labels, seed: int = 0, *, true_reward=(), step=None, **overrides) -> dict:
     """label ('fixed', 'buggy' or a bug id) -> the history of its train(seed=seed, **overrides), each run computed
     once per (label, seed, overrides, true_reward) in this process; the labels in true_reward ('fixed' or bug ids)
     run with trainer_with_true_reward, so their stats also hold "true_reward" (the rest of the run is unchanged).
-    The histories are lists of stats dicts; do not mutate them."""
+    step(label), if given, is called as each run starts (a progress line). The histories are lists of stats
+    dicts; do not mutate them."""
     key = tuple(sorted(overrides.items()))
-    return {label: list(_run(label, seed, key, label in true_reward)) for label in labels}
+    runs = {}
+    for label in labels:
+        if step is not None:
+            step(label)
+        runs[label] = list(_run(label, seed, key, label in true_reward))
+    return runs

@@ -41,6 +41,7 @@ import io
 import logging
 import time
 import traceback
+import weakref
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -299,6 +300,21 @@ class FigureRenderer:
             pixels[...] = (rgb * alpha + pixels * (1.0 - alpha) + 0.5).astype(np.uint8)
 
 
+SHOWN: weakref.WeakSet = weakref.WeakSet()
+"""every LivePlot built in this kernel and still alive (moved_from_default reads it)"""
+
+
+def moved_from_default() -> list[str]:
+    """The live plots whose controls are not at the values they were built with, as 'marker (default
+    marker)': after Run All a notebook leaves every slider at its default (the browser test checks it)."""
+    return sorted(f"{w.marker()} (built at {w.default_marker})" for w in list(SHOWN) if w.values() != w.defaults)
+
+
+HIDE_STATIC_IMAGE = ("<style>.jp-OutputArea-child:has(~ .jp-OutputArea-child .live-plot) .jp-RenderedImage "
+                     "{display: none}</style>")
+"""CSS a live widget brings along: hide the plain image outputs before it in its cell (its static copy)"""
+
+
 class LivePlot(widgets.VBox):
     """The widget live_plot returns: children = (*controls, image, status line[, caption]).
 
@@ -325,7 +341,8 @@ class LivePlot(widgets.VBox):
         self.status = widgets.HTML()
         self.status.add_class("live-plot-marker")
         extra = [widgets.HTML(f"<small>{html.escape(caption)}</small>")] if caption else []
-        super().__init__(children=[*self.controls.values(), self.image, self.status, *extra])
+        hide_static = widgets.HTML(HIDE_STATIC_IMAGE)
+        super().__init__(children=[*self.controls.values(), self.image, self.status, *extra, hide_static])
         self.add_class("live-plot")
         self.redraw()
         if self.error is not None:
@@ -334,10 +351,16 @@ class LivePlot(widgets.VBox):
             fig.set_layout_engine("none")  # keep the first render's layout: no layout pass per frame
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
+        self.defaults = self.values()
+        SHOWN.add(self)
 
     def values(self) -> dict:
         """{keyword: value} of every control, as update receives them."""
         return {name: control.value for name, control in self.controls.items()}
+
+    @property
+    def default_marker(self) -> str:
+        return "; ".join(f"{control_label(n, c)}={self.defaults[n]}" for n, c in self.controls.items())
 
     def marker(self) -> str:
         """`clip=0.3; |A|=1.5`: the control values as the status line states them (description=value)."""
@@ -361,17 +384,28 @@ class LivePlot(widgets.VBox):
             text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             self.status.value = (f"<pre style='color:#b00020;white-space:pre-wrap;margin:0'>"
                                  f"error at {html.escape(marker)}:\n{html.escape(text)}</pre>")
+            self.status.layout.display = None  # an error is for the reader
             return
         self.result, self.error = result, None
         self.redraws += 1
         width, height = self.canvas.get_width_height()
         self.image.width, self.image.height = str(width), str(height)  # fixed size: no page jump on redraw
         self.image.value = png  # the image first: when the status line changes, the new image is in place
-        self.status.value = f"<code style='font-size:small;opacity:0.6'>rendered {html.escape(marker)}</code>"
+        self.status.value = f"<code>rendered {html.escape(marker)}</code>"
+        self.status.layout.display = "none"  # for the browser test, not the reader: the controls say it
         self.last_redraw_s = time.perf_counter() - start
 
     def __repr__(self) -> str:  # short and deterministic (the default repr dumps the PNG bytes)
         return f"LivePlot({self.marker()})"
+
+    def _ipython_display_(self) -> None:
+        """The figure as it is now, as a plain image output (what a reader sees without a kernel, or on a code
+        host), then the live widget; once the widget renders, HIDE_STATIC_IMAGE hides the plain copy."""
+        from IPython.display import Image as ImageOutput
+        from IPython.display import display
+
+        display(ImageOutput(data=self.image.value, format="png", width=int(self.image.width)))
+        display(self._repr_mimebundle_(), raw=True)
 
 
 def live_plot(fig, update, *, caption=None, **controls) -> LivePlot:
@@ -389,17 +423,36 @@ def live_plot(fig, update, *, caption=None, **controls) -> LivePlot:
     return LivePlot(fig, update, controls, caption=caption)
 
 
-def set_value(w: LivePlot, description, value):
-    """Set the control of live_plot widget `w` labelled `description` (or passed as keyword `description`)
-    and return the redraw's result. The image and status line update in place (widget state, not cell
-    output), so nothing is printed into the calling cell; an exception in update is raised here."""
+def control_of(w: LivePlot, description):
+    """The control of live_plot widget `w` labelled `description` (or passed as keyword `description`)."""
     control = next((c for n, c in w.controls.items() if control_label(n, c) == description), None)
     if control is None:
         control = w.controls.get(description)
     if control is None:
         labels = [control_label(n, c) for n, c in w.controls.items()]
         raise KeyError(f"no control labelled {description!r}; have {labels}")
-    control.value = value
+    return control
+
+
+def set_value(w: LivePlot, description, value):
+    """Set the control of live_plot widget `w` labelled `description` (or passed as keyword `description`)
+    and return the redraw's result. The image and status line update in place (widget state, not cell
+    output), so nothing is printed into the calling cell; an exception in update is raised here."""
+    control_of(w, description).value = value
     if w.error is not None:
         raise w.error
     return w.result
+
+
+def probe(w: LivePlot, settings: dict):
+    """update's result with the controls set as `settings` says ({description: value}), then every control
+    (and so the figure) back where it was: a check cell reads other positions and leaves the reader the
+    default view."""
+    before = {description: control_of(w, description).value for description in settings}
+    try:
+        for description, value in settings.items():
+            result = set_value(w, description, value)
+        return result
+    finally:
+        for description, value in reversed(before.items()):
+            set_value(w, description, value)

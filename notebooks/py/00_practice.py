@@ -74,6 +74,7 @@ from interview import (
     splice,
     verdicts,
 )
+from interview.panel import PracticePanel
 
 work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice folder for this notebook
 
@@ -89,6 +90,17 @@ work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice 
 # in another function (say, a softmax added by the caller of the sampler) leaves it "remaining". A round is
 # meant to take 45 minutes.
 #
+# **From this notebook.** The panel below does what those make targets do, with the same code (`interview/cli.py`):
+# *Draw a round* writes `practice/round_N.py` and links to it (the link opens it in JupyterLab's editor);
+# *Grade* and *Hint* act on that round, or on the newest one. To run the round file, open a Terminal
+# (File > New > Terminal; it starts in the repository folder) and type `.venv/bin/python practice/round_N.py`.
+# Nothing is written until you press a button: running this notebook leaves `practice/` as it was.
+
+# %% tags=["nbval-ignore-output"]
+panel = PracticePanel()
+display(panel.widget)
+
+# %% [markdown]
 # A round file imports what the twins import, `grpo_support` (statistics, validation, the command line) and
 # `tinylm` (the model and the tokenizer), and starts from the SFT checkpoint `checkpoints/addition_sft`,
 # whose path `grpo_support.CHECKPOINTS` resolves next to `grpo_support.py`, not next to the round: run from
@@ -233,8 +245,7 @@ assert [drill.interval(b).days for b in range(drill.MAX_BOX + 1)] == [0, 1, 2, 4
 # `SAVE_SCORES = True` to append them to `practice/history.jsonl`, the terminal drill's log (both only
 # append, so neither loses the other's answers).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 SAVE_SCORES = False
 if SAVE_SCORES:
     store = drill.ScoreStore(drill.SCORES_PATH, bank, legacy=drill.LEGACY_SCORES_PATH)
@@ -316,8 +327,7 @@ assert first.id in seen[2:5]
 # rounds, and the drill score per topic over days. While `practice/` has no log yet, it plots a small
 # **made-up example** instead, and says so in the title.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 mine = history.read()
 events = mine or history.example_events()
 title = "your practice log" if mine else "EXAMPLE: made-up data (practice/ has no log yet)"
@@ -334,3 +344,32 @@ print(history.progress(example))
 summary = history.rounds_summary(example)
 assert [round(max(r["fix_seconds"].values()) / 60) for r in summary] == [41, 30, 26]  # faster each round
 assert all(r["wrong"] == 0 for r in summary)
+
+# %% [markdown]
+# ## 5. Self-check
+#
+# 1. The sampler draws from raw logits; you add a softmax where `rollout` calls it, and the trainer now samples
+#    right. Why does `make grade` still call that bug remaining?
+# 2. Your fix passes every test of its function, but the grader's short run with it ends 0.2 below the fixed
+#    twin's own short run. Does it count?
+# 3. Why can the grader's short run not tell a bug from its fix by the reward alone?
+# 4. How is the round timed, and what comes after the debugging part?
+#
+# <details><summary>Answers</summary>
+#
+# 1. Each bug lives in one function and is graded there: the edited function is dropped into the fixed twin and
+#    must pass every spec and catalog test of that function. A softmax in the caller leaves the sampler itself
+#    wrong (notebook 00 §1).
+# 2. No: a fix may end at most 0.15 below the fixed twin's short run (the band), which guards against a fix that
+#    wrecks training (notebook 00 §1).
+# 3. Eight iterations of 80 samples are too few: on seed 0 the fixed twin's reward goes from 0.387 to 0.306 over
+#    the last 4, while single iterations range from 0.225 to 0.463. Bugs are told apart by the tests; the band
+#    only catches a fix that wrecks training (notebook 00 §1).
+# 4. About 45 minutes for a hand-out with typically three bugs (`make mock`, or `make interview` with a
+#    countdown), then about 15 minutes of questions on the RL math, first on the round's own bugs
+#    (notebook 00 §3 drills them).
+# </details>
+
+# %% [markdown]
+# **Next: notebook 01**, *Find the silent bugs with tiny inputs*: the debugging method, then bugs B1-B11, each on
+# a tiny input through both twins.

@@ -79,7 +79,6 @@
 import inspect
 import logging
 import math
-import time
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -94,9 +93,10 @@ from workbook import nb01_bugs
 from workbook.catalog import BUG_IDS, BUGS, PLUMBING_IDS, hybrid
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
+from workbook.progress import progress
 from workbook.run_summary import final_reward
 from workbook.swap import fixed_with
-from workbook.widgets import live_plot, set_value, slider
+from workbook.widgets import live_plot, probe, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 torch.manual_seed(0)
@@ -260,14 +260,13 @@ assert (freq["grpo_fixed"] - p).abs().max() < grpo_fixed.SAMPLING_TOL
 fig_sampling, update_sampling = nb01_bugs.sampling_figure(sampling_frequencies)
 w_temperature = live_plot(fig_sampling, update_sampling, temperature=slider(1.0, 0.1, 3.0, 0.05, "temperature"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_temperature)
 
 # %%
 tv = {}
 for t in (1.0, 0.25):
-    tv[t] = set_value(w_temperature, "temperature", t)
+    tv[t] = probe(w_temperature, {"temperature": t})
     print(f"T = {t:.2f}  total-variation distance to softmax(logits / T): "
           + ", ".join(f"{k} {v:.4f}" for k, v in tv[t].items()))
 assert tv[0.25]["grpo_buggy"] > 0.5 and tv[0.25]["grpo_fixed"] < grpo_fixed.SAMPLING_TOL
@@ -359,14 +358,13 @@ def spread_group(spread: float) -> list[float]:
 fig_spread, update_spread = nb01_bugs.spread_figure(spread_group)
 w_spread = live_plot(fig_spread, update_spread, spread=slider(0.0, 0.0, 1.0, 0.05, "spread"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_spread)
 
 # %%
 at_spread = {}
 for spread in (0.5, 0.0):
-    at_spread[spread] = set_value(w_spread, "spread", spread)
+    at_spread[spread] = probe(w_spread, {"spread": spread})
     print(f"spread {spread:.2f}: " + "  ".join(f"{k} {[f'{a:+.3f}' for a in v]}" for k, v in at_spread[spread].items()))
 assert all(math.isnan(a) for a in at_spread[0.0]["grpo_buggy"]) and at_spread[0.0]["grpo_fixed"] == [0.0] * 4
 assert max(abs(a - b) for a, b in zip(*at_spread[0.5].values(), strict=True)) < 1e-6  # eps is invisible here
@@ -586,12 +584,11 @@ w_masked = live_plot(fig_masked, update_masked,
                      masked_fraction=slider(0.5, 0.0, 1.0, 0.125, "masked fraction"),
                      padding=widgets.ToggleButtons(options=list(PADDING), value="-inf", description="padding"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_masked)
 
 # %%
-inf_rows = {f: set_value(w_masked, "masked fraction", f) for f in (0.0, 1.0, 0.5, 0.125)}  # ends at 0.125
+inf_rows = {f: probe(w_masked, {"masked fraction": f}) for f in (0.0, 1.0, 0.5, 0.125)}
 for f in sorted(inf_rows):
     print(f"masked {f:.3f}, padding -inf: " + "  ".join(f"{k} {v:.4f}" for k, v in inf_rows[f].items()))
 assert len(set(inf_rows[0.0].values())) == 1 and inf_rows[0.0]["truth"] == 4.5  # nothing masked: all agree
@@ -1243,18 +1240,12 @@ plt.show()
 
 # %%
 ABLATION = dict(steps=20, prompts_per_batch=8)
-started, started_cpu = time.perf_counter(), time.process_time()
-runs = nb01_bugs.ablation(seed=0, exact_kl=("fixed", "B8"), **ABLATION)  # label -> history (list of stats dicts)
-ablation_seconds, ablation_cpu = time.perf_counter() - started, time.process_time() - started_cpu
+with progress("training the ablation's runs", total=len(nb01_bugs.ABLATION_RUNS)) as step:
+    runs = nb01_bugs.ablation(seed=0, exact_kl=("fixed", "B8"), step=step, **ABLATION)  # label -> history
 cfg_ablation = grpo_fixed.make_config(**ABLATION)
 final = {label: final_reward(history) for label, history in runs.items()}
 fired = {label: nb01_bugs.first_failures(history, cfg_ablation) for label, history in runs.items()}
 skipped = {label: sum(s["nonfinite_steps"] for s in history) for label, history in runs.items()}
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"13 runs took {ablation_seconds:.1f} s wall, {ablation_cpu:.1f} s CPU on this 2-core CPU machine "
-      "(wall time grows when the machine is shared)")
 
 # %%
 print(f"{'run':6s} {'final':>6s} {'skipped':>7s}  health checks that fire (first iteration)")

@@ -49,9 +49,10 @@ from workbook import nb02_ratio
 from workbook.catalog import hybrid
 from workbook.monitor import STATS, render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, curves
+from workbook.progress import progress
 from workbook.run_summary import final_reward
 from workbook.swap import fixed_with
-from workbook.widgets import live_plot, set_value, slider
+from workbook.widgets import live_plot, probe, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 B3, B6, B10 = hybrid("B3"), hybrid("B6"), hybrid("B10")
@@ -80,7 +81,8 @@ def token_advantages(batch):
     return batch["advantages"][:, None].expand_as(mask)[mask]  # (N, 1) -> (N, T) -> (n_tokens,)
 
 
-snap = nb02_ratio.warm_start(iterations=20, seed=0)
+with progress("training 20 iterations to the replayed batch"):
+    snap = nb02_ratio.warm_start(iterations=20, seed=0)
 batch, cfg = snap.batch, snap.cfg
 for name, value in batch.items():
     shape = f"list of {len(value)} str" if isinstance(value, list) else f"{tuple(value.shape)} {value.dtype}"
@@ -347,16 +349,17 @@ def update_drift(steps, lr, clip):
     return drift_figure.update(*replays(steps, lr, clip), token_adv, lr, clip)
 
 
-for lr in LRS:  # every (lr, clip) position, replayed once now
-    for clip in CLIPS:
-        replays(8, lr, clip)
+with progress("replaying every slider position", total=len(LRS) * len(CLIPS)) as step:
+    for lr in LRS:  # every (lr, clip) position, replayed once now
+        for clip in CLIPS:
+            step(f"lr {lr:g}, clip {clip:g}")
+            replays(8, lr, clip)
 w_drift = live_plot(drift_figure.fig, update_drift, caption=nb02_ratio.DRIFT_CAPTION,
                     steps=slider(8, 1, 16, 1, "inner steps", integer=True),
                     lr=nb02_ratio.choice(LRS, 3e-3, "lr", ".0e"),
                     clip=nb02_ratio.choice(CLIPS, 0.2, "clip"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 w_drift  # noqa: B018  (the cell's value: the widget is displayed)
 
 # %%
@@ -378,14 +381,14 @@ quoted = [f"{default[k]:.3f}" for k in ("last_min_buggy", "last_max_buggy", "las
 assert quoted == ["0.004", "1.563", "0.010", "1.385", "0.242", "0.268"]  # the values the text quotes
 
 # %%
-small_lr = set_value(w_drift, "lr", 1e-3)  # a smaller step: clipping engages later
+small_lr = probe(w_drift, {"lr": 1e-3})  # a smaller step: clipping engages later
 show(small_lr)
 assert small_lr["first_clip_buggy"] is None and small_lr["last_outside_fixed"] < default["last_outside_fixed"]
 small_quoted = [f"{small_lr[k]:.3f}" for k in ("last_min_buggy", "last_max_buggy", "last_min_fixed", "last_max_fixed")]
 assert small_lr["first_clip_fixed"] == 1 and small_quoted == ["0.012", "7.344", "0.156", "1.416"]  # as quoted
 
 # %%
-smallest_lr = set_value(w_drift, "lr", 3e-4)  # the slider's smallest step
+smallest_lr = probe(w_drift, {"lr": 3e-4})  # the slider's smallest step
 show(smallest_lr)
 print("fixed twin at clip 0.2, per lr: first inner step that clips, fraction outside the window at the last step")
 engages, outside = {}, {}
@@ -398,9 +401,7 @@ assert smallest_lr["first_clip_fixed"] == engages[3e-4] == 2 and all(engages[lr]
 assert outside[1e-2] < outside[3e-3]  # not monotone in the lr
 
 # %%
-steps_before = nb02_ratio.replays_run()
-set_value(w_drift, "lr", 3e-3)  # back to the default: both replays cached, only the redraw
-assert nb02_ratio.replays_run() == steps_before
+assert w_drift.values()["lr"] == 3e-3  # each probe returned the slider to its default
 b3_other_clip = nb02_ratio.inner_trace(B3, snap, 3, 3e-3, 0.4, ratio_fn=true_ratio)  # B3 at another clip
 b3_default = nb02_ratio.inner_trace(B3, snap, 3, 3e-3, B3_CLIP, ratio_fn=true_ratio)
 print(f"B3's replay at clip 0.4 equals the one at clip {B3_CLIP}: "
@@ -809,8 +810,11 @@ assert windows[-1.0, "no exp"][0] > 0.79 and windows[1.0, "no exp"][1] > 1.19  #
 # being the fixed twin with only `grpo_loss` swapped (`swap.fixed_with`):
 
 # %%
-history_fixed = grpo_fixed.train(seed=0, steps=40, prompts_per_batch=8)
-history_no_exp = fixed_with("no_exp", grpo_loss=grpo_loss_no_exp).train(seed=0, steps=40, prompts_per_batch=8)
+with progress("two runs of 40 iterations", total=2) as step:
+    step("exp")
+    history_fixed = grpo_fixed.train(seed=0, steps=40, prompts_per_batch=8)
+    step("no exp")
+    history_no_exp = fixed_with("no_exp", grpo_loss=grpo_loss_no_exp).train(seed=0, steps=40, prompts_per_batch=8)
 late = {}
 for name, h in [("exp (fixed)", history_fixed), ("no exp", history_no_exp)]:
     early, late[name] = sum(s["reward"] for s in h[:5]) / 5, final_reward(h)  # final: the last 10 iterations
@@ -1032,3 +1036,6 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 # 8. With the detach: only memory (the rollout forward's activations kept alive, about 5,500× the tensor here).
 #    Without it: the policy gradient is 0 at ρ = 1, and the second minibatch's backward crashes (notebook 02 §7).
 # </details>
+#
+# **Next: notebook 03**, *Catch it early: assertions and logging for a GRPO trainer*: the checks and logged statistics
+# that flag each of these failures in the first iterations of a run.

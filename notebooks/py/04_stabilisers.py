@@ -42,7 +42,6 @@
 import functools
 import logging
 import math
-import time
 import warnings
 
 import matplotlib.pyplot as plt
@@ -56,24 +55,15 @@ import workbook  # noqa: F401  (one torch thread)
 from workbook import nb04_stabilisers
 from workbook.monitor import render_range
 from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
+from workbook.progress import progress
 from workbook.run_summary import tail_mean
-from workbook.widgets import choice, live_plot, set_value, slider
+from workbook.widgets import choice, live_plot, probe, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 TWINS = {"buggy": grpo_buggy, "fixed": grpo_fixed}
 SHORT = dict(steps=20, prompts_per_batch=8)  # every training run here: 20 iterations of 8 prompts x 8 samples
 G = grpo_fixed.make_config().group_size
 POS, NEG = "tab:green", "tab:purple"  # A > 0, A < 0
-redraw_seconds = {}  # slider figure -> [(wall, CPU) seconds of each set_value, kernel side] (printed at the end)
-started = time.perf_counter()
-
-
-def timed_set(w, name, description, value):
-    """set_value, timed into redraw_seconds[name]."""
-    start, start_cpu = time.perf_counter(), time.process_time()
-    result = set_value(w, description, value)
-    redraw_seconds.setdefault(name, []).append((time.perf_counter() - start, time.process_time() - start_cpu))
-    return result
 
 
 # %% [markdown]
@@ -224,14 +214,13 @@ def show_zeros(zeros):
 w_clip = live_plot(fig_clip, update_clipping, clip=slider(0.2, 0.05, 0.5, 0.05, "clip"),
                    adv_size=slider(1.5, 0.25, 3.0, 0.25, "|A|"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_clip)
 
 # %%
-wide = timed_set(w_clip, "clipping", "clip", 0.3)  # wider window
+wide = probe(w_clip, {"clip": 0.3})  # wider window
 show_zeros(wide)
-small = timed_set(w_clip, "clipping", "|A|", 0.5)  # small advantage: buggy A>0 now clips late
+small = probe(w_clip, {"clip": 0.3, "|A|": 0.5})  # and a small advantage: buggy A>0 now clips late
 show_zeros(small)
 for zeros in (wide, small):
     assert 1.3 < zeros["fixed A>0"][0] <= 1.3 + 0.025 and 0.7 - 0.025 <= zeros["fixed A<0"][1] < 0.7  # whatever |A|
@@ -468,7 +457,8 @@ assert [f"{v:.4f}" for v in (*b8_norm["learned"], *b8_norm["collapsed"])] == ["1
 
 # %%
 BETAS = {"0": 0.0, "0.1": 0.1, "0.5": 0.5}
-beta_runs = {label: nb04_stabilisers.instrumented_run(beta=beta, **SHORT) for label, beta in BETAS.items()}
+with progress(f"training {len(BETAS)} runs, one per beta"):
+    beta_runs = {label: nb04_stabilisers.instrumented_run(beta=beta, **SHORT) for label, beta in BETAS.items()}
 beta_reward = {label: tail_mean(run["clean_reward"]) for label, run in beta_runs.items()}
 beta_kl = {label: tail_mean(run["exact_kl"]) for label, run in beta_runs.items()}
 print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL (last 10)':>18} {'entropy (last)':>14}")
@@ -504,13 +494,12 @@ def update_beta(beta):
 
 w_beta = live_plot(fig_beta, update_beta, beta=choice(BETAS, "0.1", "beta"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_beta)
 
 # %%
 for label in ("0.5", "0"):
-    reward, kl = timed_set(w_beta, "beta", "beta", label)
+    reward, kl = probe(w_beta, {"beta": label})
     print(f"beta {label:>4}: reward {reward:.3f}  exact KL {kl:.3f}")
     assert (reward, kl) == (beta_reward[label], beta_kl[label])
 
@@ -676,9 +665,10 @@ assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # 
 # %%
 SCALES = {"0.01": 0.01, "1": 1.0, "100": 100.0}
 NORMALISATION = {False: centred_advantage, True: None}  # None: the twin's own group_advantage
-scale_runs = {(label, norm): nb04_stabilisers.instrumented_run(advantage_fn=NORMALISATION[norm], reward_scale=s,
-                                                                **SHORT)
-              for label, s in SCALES.items() for norm in (False, True)}
+with progress(f"training {2 * len(SCALES)} runs, one per scale with and without normalisation"):
+    scale_runs = {(label, norm): nb04_stabilisers.instrumented_run(advantage_fn=NORMALISATION[norm],
+                                                                    reward_scale=s, **SHORT)
+                  for label, s in SCALES.items() for norm in (False, True)}
 scale_reward = {key: tail_mean(run["clean_reward"]) for key, run in scale_runs.items()}
 scale_kl = {key: tail_mean(run["exact_kl"]) for key, run in scale_runs.items()}
 print(f"{'scale':>6} {'normalised':>10} | {'reward (last 10)':>16} {'exact KL (last 10)':>18} {'max grad norm':>13}")
@@ -727,13 +717,12 @@ def update_scale(scale):
 
 w_scale = live_plot(fig_scale, update_scale, scale=choice(SCALES, "0.01", "reward scale"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_scale)
 
 # %%
 for label in ("100", "1"):
-    rewards = timed_set(w_scale, "reward scale", "reward scale", label)
+    rewards = probe(w_scale, {"reward scale": label})
     print(f"s = {label:>4}: reward without normalisation {rewards[False]:.3f}, with {rewards[True]:.3f}")
     assert rewards == {norm: scale_reward[label, norm] for norm in (False, True)}
 
@@ -1095,11 +1084,12 @@ assert pick[0.99] < PICKED < 2 * pick[0.99] and sum(n > PICKED for n in healthy)
 # %%
 GLITCH = dict(glitch_prob=0.005, glitch_size=1000.0, exact_kl=False, **SHORT)  # no KL plotted: skip its forwards
 CAPS = {"0.1": 0.1, "1": 1.0, f"{PICKED:g}": PICKED, "none (B11)": math.inf}
-clip_runs = {label: (nb04_stabilisers.instrumented_run("B11", advantage_fn=centred_advantage, **GLITCH)
-                     if math.isinf(c) else
-                     nb04_stabilisers.instrumented_run(advantage_fn=centred_advantage, max_grad_norm=c, **GLITCH))
-             for label, c in CAPS.items()}
-normalised_glitch = nb04_stabilisers.instrumented_run(**GLITCH)  # A normalised again; c = the default
+with progress(f"training {len(CAPS) + 1} runs with reward glitches"):
+    clip_runs = {label: (nb04_stabilisers.instrumented_run("B11", advantage_fn=centred_advantage, **GLITCH)
+                         if math.isinf(c) else
+                         nb04_stabilisers.instrumented_run(advantage_fn=centred_advantage, max_grad_norm=c, **GLITCH))
+                 for label, c in CAPS.items()}
+    normalised_glitch = nb04_stabilisers.instrumented_run(**GLITCH)  # A normalised again; c = the default
 glitched_steps = {label: [bool(n) for n in run["glitches"] for _ in run["inner"][0]]  # per inner step
                   for label, run in clip_runs.items()}
 
@@ -1185,13 +1175,12 @@ def update_grad_clip(cap):
 
 w_clipnorm = live_plot(fig_gc, update_grad_clip, cap=choice(list(CAPS)[:-1], PICKED_LABEL, "max norm"))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_clipnorm)
 
 # %%
 for label in ("1", "0.1", PICKED_LABEL):
-    r = timed_set(w_clipnorm, "grad clip", "max norm", label)
+    r = probe(w_clipnorm, {"max norm": label})
     print(f"max norm {label:>4}: clip rate {r['clip rate']:.3f}, reward buggy (no clipping) {r['buggy']:.3f}, "
           f"fixed {r['fixed']:.3f}")
     assert r["fixed"] > r["buggy"]
@@ -1394,10 +1383,6 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # Population: +√3 = 1.7321 for the success and −1/√3 = −0.5774 for each failure (one sample differs,
 # so the bound √(G−1) is reached). Sample std: both times √(3/4): +1.5 and −0.5.
 # </details>
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print("slider redraws, kernel side (set_value), slowest wall / CPU: " + ", ".join(
-    f"{name} {1000 * max(w for w, _ in s):.0f} / {1000 * max(c for _, c in s):.0f} ms over {len(s)}"
-    for name, s in redraw_seconds.items()))
-print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s")
+#
+# **Next: notebook 05**, *Group baseline vs learned value*: why GRPO can drop the critic, and where the group baseline
+# fails.

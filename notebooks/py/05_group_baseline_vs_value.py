@@ -39,7 +39,6 @@
 import functools
 import itertools
 import math
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -48,11 +47,11 @@ from IPython.display import display
 import grpo_fixed
 import grpo_support
 from workbook import catalog, nb05_critic, plots
+from workbook.progress import progress
 from workbook.run_summary import final_reward
 from workbook.tasks import SparseMatchTask
-from workbook.widgets import live_plot, set_value, slider
+from workbook.widgets import live_plot, probe, slider
 
-started, started_cpu = time.perf_counter(), time.process_time()
 task = grpo_fixed.AdditionTask()
 tokenizer = grpo_fixed.CharTokenizer(task.alphabet)
 B2, B9 = catalog.hybrid("B2"), catalog.hybrid("B9")
@@ -351,9 +350,11 @@ CRITIC_FNS = nb05_critic.CriticFunctions(gae_advantages, token_grpo_loss, value_
 RUN = dict(steps=30, prompts_per_batch=8)
 SNAPSHOT = 20
 runs, snapshots = {}, {}
-for name in nb05_critic.BASELINES:
-    runs[name], snapshots[name] = nb05_critic.train_with_baseline(baseline=name, critic_fns=CRITIC_FNS,
-                                                                  snapshot_at=(SNAPSHOT,), **RUN)
+with progress("training one run per baseline", total=len(nb05_critic.BASELINES)) as step:
+    for name in nb05_critic.BASELINES:
+        step(name)
+        runs[name], snapshots[name] = nb05_critic.train_with_baseline(baseline=name, critic_fns=CRITIC_FNS,
+                                                                      snapshot_at=(SNAPSHOT,), **RUN)
 final = {name: final_reward(h) for name, h in runs.items()}
 print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in final.items()})
 
@@ -558,24 +559,15 @@ def update_baselines(G):
 
 w_baselines = live_plot(per_prompt.fig, update_baselines, G=slider(8, 2, 32, 1, "G", integer=True))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 display(w_baselines)
 
 # %%
-seconds = []
-for G in (4, 16, 32, 8):  # ends at the initial G = 8: the displayed figure shows it too
-    start = time.perf_counter()
-    result = set_value(w_baselines, "G", G)
-    seconds.append(time.perf_counter() - start)
+for G in (4, 16, 32, 8):
+    result = probe(w_baselines, {"G": G})
     print(f"G={G:2d}: " + ", ".join(f"{n} MSE {m:.4f} (bias^2 {b:.4f})" for n, (m, b) in result.items()))
     assert result["B9 wrong axis"] == (errors[G]["B9 wrong axis"]["mse"], errors[G]["B9 wrong axis"]["bias2"])
-    assert f"G={G}<" in w_baselines.status.value + "<"
-assert w_baselines.values() == {"G": 8}
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"redraw: {1000 * max(seconds):.0f} ms (slowest of {len(seconds)} slider moves, kernel side)")
+assert w_baselines.values() == {"G": 8}  # the slider is back at its default
 
 # %% [markdown]
 # All baselines against $G$ (solid: MSE of each baseline as an estimate of $V(x)$).
@@ -747,8 +739,7 @@ assert extra == {("critic", "forward"): (1, N), ("critic", "forward+backward"): 
 # $G=1$.
 # Timing on this 2-core CPU machine (not compared by the tests):
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 for name, h in runs.items():
     print(f"{name:6s}: {1000 * sum(s['seconds'] for s in h) / len(h):.1f} ms per iteration")
 
@@ -814,9 +805,10 @@ constant = [0.0, 0.0, 0.0, 0.0]
 print("buggy group_advantage", B2.group_advantage(constant).tolist(),
       " fixed", grpo_fixed.group_advantage(constant).tolist())
 sparse = SparseMatchTask()
-b2_runs = {(task_name, name): nb05_critic.train_with_baseline(t, module=m, steps=24, prompts_per_batch=b)[0]
-           for task_name, t, b in (("addition", task, 8), ("sparse", sparse, 16))
-           for name, m in (("buggy", B2), ("fixed", grpo_fixed))}
+with progress("training B2 and the fixed twin on two tasks"):
+    b2_runs = {(task_name, name): nb05_critic.train_with_baseline(t, module=m, steps=24, prompts_per_batch=b)[0]
+               for task_name, t, b in (("addition", task, 8), ("sparse", sparse, 16))
+               for name, m in (("buggy", B2), ("fixed", grpo_fixed))}
 sparse_runs = {name: b2_runs["sparse", name] for name in ("buggy", "fixed")}
 late, skipped, nan_batches = {}, {}, {}
 for key, h in b2_runs.items():
@@ -1393,8 +1385,6 @@ assert final["critic"] > final["group"] and errors[8]["critic"]["mse"] > errors[
 # Long horizons with intermediate rewards (per-token credit), multi-turn or stateful environments that cannot
 # be reset, $G$ that must stay small (expensive generation), and when many groups are constant.
 # </details>
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
-      f"{time.process_time() - started_cpu:.1f} s CPU (this kernel) on this machine")
+#
+# **Next: notebook 06**, *GRPO variants*: what each switch in TRL and verl changes (loss aggregation, advantage
+# scaling, clip-higher, a sequence-level ratio, dynamic sampling, where the KL goes, truncated completions).

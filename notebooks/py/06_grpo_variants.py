@@ -48,7 +48,6 @@
 
 # %%
 import math
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -60,9 +59,8 @@ from workbook import nb06_variants
 from workbook.plots import curves, smooth
 from workbook.run_summary import tail_mean
 from workbook.tasks import EchoTask, RambleTask, ReverseTask
-from workbook.widgets import choice, live_plot, set_value, slider
+from workbook.widgets import choice, live_plot, probe, slider
 
-started = time.perf_counter()
 SHORT = dict(steps=20, prompts_per_batch=8)  # every training run: 20 iterations of 8 prompts x 8 samples
 TAIL = 10  # statistics of a run: mean over its last 10 iterations
 COLORS = {"token mean": "tab:blue", "sequence mean": "tab:red", "constant": "tab:green"}
@@ -214,8 +212,7 @@ assert per_token_8_vs_2 == {"token mean": 1.0, "sequence mean": 0.25, "constant"
 # **Slider.** The weight of one token of a completion of length L, in a batch of four whose other three
 # completions have length 4, as L goes from 1 to T_max = 8 (RambleTask's limit, the task below).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 T_MAX = RambleTask.max_completion_length
 ls = list(range(1, T_MAX + 1))
@@ -242,7 +239,7 @@ display(w_weights)
 # %%
 at = {}
 for L in (1, T_MAX):
-    at[L] = set_value(w_weights, "L", L)
+    at[L] = probe(w_weights, {"L": L})
     print(f"L = {L:2d}: " + ", ".join(f"{name} {value:.4f}" for name, value in at[L].items()))
 assert at[1]["sequence mean"] > at[1]["token mean"] > at[1]["constant"]
 assert math.isclose(at[T_MAX]["sequence mean"], at[T_MAX]["constant"])
@@ -438,8 +435,7 @@ assert math.isclose(grpo_fixed.batch_advantages(rewards, 8)[0].item(), math.sqrt
 # **Slider.** A group's total |A| against its number of successes k out of G, for the group std and for
 # no scaling (the batch std is the unscaled curve divided by one number per batch). The slider is G.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 fig2, ax2 = plt.subplots(figsize=(6, 3), layout="constrained")
 (line_group,) = ax2.plot([], [], "o-", color="tab:blue", label="group std")
@@ -465,7 +461,7 @@ display(w_scaling)
 
 # %%
 for G in (4, 16):
-    r = set_value(w_scaling, "G", G)
+    r = probe(w_scaling, {"G": G})
     print(f"G = {G:2d}: group std / none for one success {r['one success']:.4f}, for k = G/2 {r['half']:.4f}")
     assert r["one success"] > r["half"] == 2.0  # 1/sqrt(p(1-p)) is 2 at p = 1/2 and larger elsewhere
 
@@ -679,8 +675,7 @@ assert pushed[(3, 0.2)] / P_OLD[3].item() < 1.2 * 1.02  # alone, the same token 
 # π_0(1 + ε_high)^k after k rollouts. How many rollouts from π_0 = 0.01 to 0.5? The figure shows that cap
 # per rollout; the slider is ε_high.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 def rollouts_needed(p0, target, eps_high):
     """Smallest k with p0 * (1 + eps_high)^k >= target."""
@@ -705,7 +700,7 @@ w_cap = live_plot(fig3, update_cap, eps_high=slider(0.28, 0.1, 1.0, 0.02, "eps_h
 display(w_cap)
 
 # %%
-needed = {eps: set_value(w_cap, "eps_high", eps)["rollouts"] for eps in (0.2, 0.28, 0.5)}
+needed = {eps: probe(w_cap, {"eps_high": eps})["rollouts"] for eps in (0.2, 0.28, 0.5)}
 print("rollouts from 0.01 to 0.5: " + ", ".join(f"eps_high {eps:.2f}: {k}" for eps, k in needed.items()))
 assert needed[0.2] > needed[0.28] > needed[0.5]
 
@@ -772,8 +767,7 @@ start_entropy = clip_run(0.2).history[0]["entropy"]  # the same initial policy i
 print(f"entropy at the first iteration {start_entropy:.3f}")
 assert all(row["entropy"] > 0.7 * start_entropy for row in clip_table.values())  # no collapse in 20 iterations
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 fig4, axes4 = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
 base = clip_run(0.2)
@@ -800,8 +794,8 @@ display(w_clip)
 
 # %%
 cached = nb06_variants.cached_runs()
-for eps in (0.2, 0.4, 0.28):  # ends where it started, so the figure compares 0.28 with 0.2
-    r = set_value(w_clip, "eps_high", eps)
+for eps in (0.2, 0.4, 0.28):
+    r = probe(w_clip, {"eps_high": eps})
     print(f"eps_high {eps}: reward {r['reward']:.3f}, entropy {r['entropy']:.3f}")
     assert r == clip_table[eps]
 assert nb06_variants.cached_runs() == cached  # a slider move replays a cached run, it trains nothing
@@ -949,8 +943,7 @@ assert (seq_grad[1] == 0).all() and token_grad[1, 3] > 0  # s = e^0.225 > 1.2: t
 # **Slider.** The clip radius ε: which tokens of the two completions keep a gradient under each ratio
 # (filled: nonzero gradient; hollow: clipped).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 fig5, ax5 = plt.subplots(figsize=(6, 2.6), layout="constrained")
 xs = [0, 1, 2, 3, 5, 6, 7, 8]  # two completions side by side
@@ -976,11 +969,11 @@ display(w_gspo)
 
 # %%
 for clip in (0.05, 0.2, 0.35):
-    r = set_value(w_gspo, "clip", clip)
+    r = probe(w_gspo, {"clip": clip})
     print(f"clip {clip:.2f}: tokens with a gradient: token ratio {r['token']} of 8, "
           f"sequence ratio {r['sequence']} of 8")
-assert set_value(w_gspo, "clip", 0.05)["sequence"] == 0  # s = 1.0513 > 1.05: completion 0 is off too
-assert set_value(w_gspo, "clip", 0.2) == {"token": 4, "sequence": 4}  # the same count, different tokens
+assert probe(w_gspo, {"clip": 0.05})["sequence"] == 0  # s = 1.0513 > 1.05: completion 0 is off too
+assert probe(w_gspo, {"clip": 0.2}) == {"token": 4, "sequence": 4}  # the same count, different tokens
 
 # %% [markdown]
 # **Training.** `RambleTask` (completions up to 8 tokens), the token-level twin against GSPO with the
@@ -1146,8 +1139,7 @@ assert informative(tiny, 4).tolist() == [True, False]
 # %% [markdown]
 # **Slider.** The fraction of groups wasted, p^G + (1 − p)^G, against the success rate p; the slider is G.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 fig6, ax6 = plt.subplots(figsize=(6, 3), layout="constrained")
 ps = [i / 100 for i in range(101)]
@@ -1165,7 +1157,7 @@ display(w_waste)
 
 # %%
 for G in (4, 16):
-    r = set_value(w_waste, "G", G)
+    r = probe(w_waste, {"G": G})
     print(f"G = {G:2d}: wasted at p = 0.1 {r['p=0.1']:.4f}, at p = 0.5 {r['p=0.5']:.4f}")
 
 # %% [markdown]
@@ -1364,8 +1356,7 @@ def kl_in_reward(beta_reward):
 # and β = 0, for β ∈ {0.1, 0.3} (the slider). The `kl` statistic is the twins' k3 estimate of KL(π ‖ π_ref) at the last
 # inner step.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 echo = EchoTask()
 BETAS = [0.1, 0.3]
@@ -1414,7 +1405,7 @@ display(w_kl)
 # %%
 kl_table = {}
 for beta in BETAS:
-    kl_table[beta] = set_value(w_kl, "beta", beta)
+    kl_table[beta] = probe(w_kl, {"beta": beta})
     for name, (reward, kl) in kl_table[beta].items():
         print(f"beta {beta}: {name:>22}  reward (tail) {reward:.3f}  kl (tail) {kl:.4f}")
 free = kl_table[0.1]["beta = 0"]
@@ -1553,8 +1544,7 @@ assert soft_overlong_penalty(lengths, 6, 4).tolist() == [-0.25, -1.0, -1.0]
 #
 # **Slider.** The penalty R_len(L) for T_max = 8 (RambleTask); the slider is the buffer C.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
 fig8, ax8 = plt.subplots(figsize=(6, 3), layout="constrained")
 Ls = torch.arange(1, T_MAX + 1)
@@ -1573,7 +1563,7 @@ display(w_pen)
 
 # %%
 for cache in (2, 6):
-    r = set_value(w_pen, "C", cache)
+    r = probe(w_pen, {"C": cache})
     print(f"C = {cache}: first penalised length {r['first penalised length']}, R_len(7) = {r['penalty at 7']:+.3f}")
     assert r["first penalised length"] == T_MAX - cache + 1
 
@@ -1660,10 +1650,6 @@ plt.show()
 # truncated completion teaches</td><td>truncated fraction</td></tr>
 # </table>
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s, "
-      f"{nb06_variants.cached_runs()} training runs")
 
 # %% [markdown]
 # ## 9. Self-check
@@ -1745,3 +1731,6 @@ print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU tim
 #    denser signal than the rare task reward: the completions fell to 2.006 tokens, almost none truncated (0.003),
 #    and the reward fell too (0.041). In a real run C is a small fraction of a long T_max (notebook 06 §7).
 # </details>
+#
+# **Next: notebook 07**, *Off-policy in practice*: a bfloat16 sampler against a float32 trainer, stale rollouts, and
+# the effective sample size of importance weights.

@@ -41,7 +41,6 @@
 # %%
 import logging
 import math
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -53,10 +52,9 @@ import workbook  # noqa: F401  (one torch thread)
 from workbook import nb07_off_policy
 from workbook.plots import curves
 from workbook.run_summary import final_reward, tail_mean
-from workbook.widgets import choice, live_plot, set_value, slider
+from workbook.widgets import choice, live_plot, probe, slider
 
 logging.getLogger("grpo").setLevel(logging.ERROR)  # the mismatch runs fail a health check every iteration
-started = time.perf_counter()
 task = grpo_fixed.AdditionTask()
 tokenizer = grpo_fixed.CharTokenizer(task.alphabet)
 CAP = 2.0  # truncation C of the weights: verl 0.9.1's default rollout_is_threshold (quoted in notebook 07 §1)
@@ -230,8 +228,7 @@ assert abs(relative_error(g_cap1, g_true) - relative_error(g_naive, g_true)) < 1
 # **Slider.** The sharpness s of the policy, the sampler's precision, and C. Left: the weights p/q per
 # token against C; right: the three expected updates of the five logits.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 SCALES = [0.5 * i for i in range(1, 17)]  # 0.5 .. 8
 fig_bias, (ax_w, ax_g) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
 bars_w = ax_w.bar(range(5), [1.0] * 5, color="0.6")
@@ -276,9 +273,7 @@ display(w_bias)
 checks = {}
 for scale, precision, cap in ((4.0, "bfloat16", CAP), (8.0, "bfloat16", CAP), (8.0, "float8_e4m3fn", CAP),
                               (8.0, "float8_e4m3fn", 1.0)):
-    set_value(w_bias, "sharpness s", scale)
-    set_value(w_bias, "sampler", precision)
-    r = checks[scale, precision, cap] = set_value(w_bias, "C", cap)
+    r = checks[scale, precision, cap] = probe(w_bias, {"sharpness s": scale, "sampler": precision, "C": cap})
     print(f"s = {scale:g}, {precision:13s}, C = {cap:g}: KL(q||p) {r['kl']:.2e}, max weight {r['w_max']:.4f}, "
           f"relative error: uncorrected {r['uncorrected']:.4f}, TIS {r['tis']:.2e}")
 assert f"{checks[4.0, 'bfloat16', CAP]['uncorrected']:.3f}" == "0.005"
@@ -635,8 +630,7 @@ for k in K_VALUES:
 # **Slider.** Staleness k; the reward and clip-fraction curves of the three anchors at that k (all runs
 # are computed above; moving the slider only redraws).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 ANCHOR_COLORS = {"behaviour": "tab:red", "current": "tab:blue", "current + TIS": "tab:green"}
 fig_stale, (ax_sr, ax_sc) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
 stale_lines = {}
@@ -667,7 +661,7 @@ display(w_stale)
 
 # %%
 for k in (2, 4):
-    r = set_value(w_stale, "staleness k", k)
+    r = probe(w_stale, {"staleness k": k})
     print(f"k = {k}: " + "   ".join(f"{a}: reward {rw:.3f}, clipped {cf:.3f}" for a, (rw, cf) in r.items()))
 
 # %%
@@ -791,8 +785,7 @@ assert abs(sequence_ess - math.exp(-1)) < 0.02 and sequence_ess < 0.5 * token_es
 # **Slider.** σ and C: the ESS of the raw weights follows e^{−σ²}; the truncated weights keep a larger
 # ESS and pay for it with a mean below 1 (the bias of truncation).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 SIGMAS = [0.05 * i for i in range(1, 41)]  # 0.05 .. 2.0
 GRID_WEIGHTS = {sigma: lognormal_weights(sigma, n=20_000) for sigma in SIGMAS}  # drawn once, reused by every redraw
 RAW_ESS = [ess(w) for w in GRID_WEIGHTS.values()]
@@ -826,8 +819,7 @@ display(w_ess)
 
 # %%
 for sigma, cap in ((1.0, CAP), (1.5, CAP), (1.5, 5.0)):
-    set_value(w_ess, "sigma", sigma)
-    r = set_value(w_ess, "C", cap)
+    r = probe(w_ess, {"sigma": sigma, "C": cap})
     print(f"sigma {sigma:.2f}, C {cap:g}: ESS {r['ess']:.4f} (exp(-sigma^2) {r['theory']:.4f}), truncated "
           f"{r['ess_truncated']:.4f}, mean of truncated w {r['mean_truncated']:.4f}")
 
@@ -990,9 +982,6 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 # (truncated IS, float32 logits); one that grows with the staleness is notebook 07 §2 (anchor the clip at the
 # current policy, bound the staleness until the ESS stays above the row's bound).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU time {time.process_time():.1f} s")
 
 # %% [markdown]
 # ## 4. Self-check
@@ -1076,3 +1065,6 @@ print(f"notebook wall time {time.perf_counter() - started:.1f} s, kernel CPU tim
 #    model: 0.3677 raw, 0.6317 truncated at C = 2) and biases the weighted mean below 1 (0.8102), so it flatters
 #    a batch. Its raw-weight diagnostic is `rollout_corr/chi2_token` (notebook 07 §3).
 # </details>
+#
+# **Next: the round itself.** Back to notebook 00: `make interview` (or a mock round from the panel), then the drill
+# on the topics whose scores are lowest.

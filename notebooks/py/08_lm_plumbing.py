@@ -56,7 +56,6 @@
 # %%
 import copy
 import logging
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -71,9 +70,9 @@ from workbook.monitor import render_range
 from workbook.nb01_bugs import first_failures
 from workbook.nb08_plumbing import PROBE_PADS, PROBE_PROMPT, hybrid_vs_fixed, left_padded, paired_bars, token_grid
 from workbook.plots import BUGGY, FIXED, REFERENCE, curves, smooth
+from workbook.progress import progress
 from workbook.run_summary import final_reward, tail_mean
 
-started, started_cpu = time.perf_counter(), time.process_time()
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 torch.manual_seed(0)
 HYBRID = {b: hybrid(b) for b in PLUMBING_IDS}  # grpo_fixed with one bug switched back on
@@ -689,7 +688,8 @@ plt.show()
 # %%
 SHORT = dict(steps=20, prompts_per_batch=8)
 cfg_short = grpo_fixed.make_config(**SHORT)
-runs = nb08_plumbing.short_runs(["fixed", *PLUMBING_IDS], seed=0, true_reward=("fixed", "B17"), **SHORT)
+with progress("training the short runs", total=1 + len(PLUMBING_IDS)) as step:
+    runs = nb08_plumbing.short_runs(["fixed", *PLUMBING_IDS], seed=0, true_reward=("fixed", "B17"), step=step, **SHORT)
 probes = {label: grpo_fixed.preflight(grpo_fixed if label == "fixed" else HYBRID[label]) for label in runs}
 fired = {label: first_failures(history, cfg_short) for label, history in runs.items()}
 final = {label: final_reward(history) for label, history in runs.items()}
@@ -800,10 +800,6 @@ assert f"{true_final['B17']:.3f}" == "0.412" and abs(true_final["B17"] - final["
 # > policy after an update; the reward text is the decode of the masked tokens. Log each one, and probe each
 # > building block with a tiny input before training.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
-      f"{time.process_time() - started_cpu:.1f} s CPU (this kernel) on this machine")
 
 # %% [markdown]
 # ## 8. Self-check
@@ -846,4 +842,5 @@ print(f"notebook compute: {time.perf_counter() - started:.1f} s wall, "
 #    covers it, B14); also the training forward's attention mask, which hides them like padding.
 # </details>
 #
-# next: notebook 02
+# **Next: notebook 02**, *Why the importance ratio differs from one*: which sources of a ratio away from 1 are
+# legitimate, and which are bugs.

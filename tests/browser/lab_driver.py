@@ -247,14 +247,16 @@ class LabError(RuntimeError):
 
 
 @contextlib.contextmanager
-def lab_server(root_dir: Path, home: Path):
-    """Start JupyterLab on root_dir (settings, config and runtime under home); yield its URL; always stop it."""
+def lab_server(root_dir: Path, home: Path, env: dict | None = None):
+    """Start JupyterLab on root_dir (settings, config and runtime under home, `env` added to the environment
+    of the server and its kernels); yield its URL; always stop it."""
     for name, value in LAB_SETTINGS.items():
         path = home / "settings" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
+           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+           **(env or {})}
     port = free_port()
     log_path = home / "lab.log"
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.token=", "--ServerApp.password=",
@@ -348,6 +350,7 @@ KERNEL_IDLE_JS = "() => window.jupyterapp.shell.currentWidget?.sessionContext?.s
 
 
 def open_notebook(page, url: str, name: str) -> None:
+    """Open the notebook at path `name` (relative to the server's root) in a fresh workspace; wait for its kernel."""
     page.goto(f"{url}/lab/tree/{name}?reset", timeout=90_000)
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=90_000)
     page.wait_for_function(KERNEL_IDLE_JS, timeout=90_000)  # the session exists and its kernel is ready
@@ -375,6 +378,33 @@ def run_all(page, timeout_s: float = RUN_ALL_TIMEOUT_S) -> tuple[float, dict]:
 
 def cell_outputs(page, index: int) -> list[dict]:
     return page.evaluate(CELL_OUTPUTS_JS, index)
+
+
+# Run code in the current notebook's kernel (not in a cell); resolve to what it printed on stdout.
+KERNEL_PRINT_JS = """async (code) => {
+  const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const future = kernel.requestExecute({code: code, silent: false, store_history: false});
+  let text = '';
+  future.onIOPub = (msg) => {
+    if (msg.header.msg_type === 'stream') text += msg.content.text;
+    if (msg.header.msg_type === 'error') text += 'ERROR ' + msg.content.ename + ': ' + msg.content.evalue;
+  };
+  await future.done;
+  return text;
+}"""
+
+
+def kernel_print(page, code: str) -> str:
+    """What `code`, run in the current notebook's kernel outside any cell, printed on stdout."""
+    return page.evaluate(KERNEL_PRINT_JS, code)
+
+
+CURRENT_PATH_JS = "() => window.jupyterapp.shell.currentWidget?.context?.path ?? null"
+
+
+def current_path(page) -> str | None:
+    """The path of the document in the Lab's current tab (None when it is not a document)."""
+    return page.evaluate(CURRENT_PATH_JS)
 
 
 # ---- widgets in the page ----------------------------------------------------------------------------

@@ -1,13 +1,17 @@
-"""Real browser: JupyterLab opens clean, each notebook runs clean in it, its figures match their sliders,
-a slider redraws.
+"""Real browser: JupyterLab opens on notebook 00, the practice round runs from its panel, each notebook runs
+clean, its figures match their sliders, every slider is back at its default after Run All, a slider redraws.
 
-Drives Debian's Chromium (/usr/bin/chromium) with Playwright for Python against a JupyterLab started on
-a temporary directory of notebook copies, with fresh user settings (lab_driver.py beside this file, shared
-with `make bench`). First, the Lab itself: no "get notified about official Jupyter news?" toast (the
-project's settings override, jupyter/overrides.json, installed by `make venv`, answers it). Per notebook:
+Drives Debian's Chromium (/usr/bin/chromium) with Playwright for Python against a JupyterLab started, as
+`make lab` starts it, at the root of a temporary folder laid out like the repository (notebooks/ holds
+copies of the notebooks, practice/ is where the panel draws its rounds: GRPO_PRACTICE_DIR), with fresh
+user settings (lab_driver.py beside this file, shared with `make bench`). First, the Lab itself: `/` opens
+notebooks/00_practice.ipynb (jupyter/jupyter_lab_config.json, installed by `make venv`) and no "get notified
+about official Jupyter news?" toast shows (the settings override jupyter/overrides.json answers it). Then
+notebook 00's panel draws, grades and hints a round and its link opens the round file. Per notebook:
   1. open it, Run All, fail on any error output (cells tagged raises-exception excepted);
-  2. every live_plot's status line (`rendered clip=0.3`) must match what its sliders show: after Run All
-     the check cells have moved sliders from Python, and the figure must have followed them;
+  2. every live_plot's status line (`rendered clip=0.3`, hidden from the reader) must match what its
+     sliders show, and every slider must be back where it was built (check cells probe other positions
+     and put it back: workbook.widgets.moved_from_default);
   3. press ArrowRight (or ArrowLeft at the bound) on the first slider of the first slider widget and
      require the new image within REDRAW_BUDGET_S, timed inside the browser (keydown to the image whose
      status line states the new value);
@@ -38,6 +42,8 @@ pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 NOTEBOOK_NAMES = [p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))]
+START = "00_practice.ipynb"
+"""the notebook `make lab` opens, with the practice panel (its own test below)"""
 # A functional bound (the figure does redraw, promptly), not a speed target: timed tests flake on a
 # busy machine. The redraw targets (median <= 0.15 s, worst <= 0.3 s per notebook) are measured by
 # `make bench` (bench/redraw_bench.py); set REDRAW_BUDGET_S=0.3 to hold a quiet machine to them here.
@@ -50,17 +56,20 @@ NEWS_PROMPT_WAIT_S = 8.0
 
 @pytest.fixture(scope="module")
 def lab_dir(tmp_path_factory) -> Path:
+    """The server's root, laid out like the repository: notebooks/ (copies and the harnesses), practice/."""
     root = tmp_path_factory.mktemp("lab")
+    (root / "notebooks").mkdir()
     for name in NOTEBOOK_NAMES:
-        lab.prepare_copy(NOTEBOOKS / name, root / name)
-    lab.write_harnesses(root)
+        lab.prepare_copy(NOTEBOOKS / name, root / "notebooks" / name)
+    lab.write_harnesses(root / "notebooks")
     return root
 
 
 @pytest.fixture(scope="module")
 def lab_url(lab_dir, tmp_path_factory):
     try:
-        with lab.lab_server(lab_dir, tmp_path_factory.mktemp("jupyter_home")) as url:
+        with lab.lab_server(lab_dir, tmp_path_factory.mktemp("jupyter_home"),
+                            env={"GRPO_PRACTICE_DIR": str(lab_dir / "practice")}) as url:
             yield url
     except lab.LabError as e:
         pytest.fail(str(e))
@@ -84,15 +93,16 @@ def shots(tmp_path_factory) -> Path:
 
 
 def run_clean(page, lab_url, name) -> None:
-    """Open and Run All; no error output, no cell left unexecuted."""
-    lab.open_notebook(page, lab_url, name)
+    """Open notebooks/<name> and Run All; no error output, no cell left unexecuted."""
+    lab.open_notebook(page, lab_url, f"notebooks/{name}")
     seconds, state = lab.run_all(page)
     print(f"\n{name}: run-all {seconds:.1f} s, {state['executed']} code cells executed")
     assert not state["errors"], f"{name}: error outputs {state['errors']}"
     assert state["pending"] == 0, f"{name}: {state['pending']} code cells never ran"
 
 
-def assert_figures_match_sliders(page, name, builds_live_plot: bool) -> list[dict]:
+def assert_figures_match_sliders(page, name, builds_live_plot: bool, at_default: bool = True) -> list[dict]:
+    """Every live_plot's status line matches its controls; with at_default, every slider is where it was built."""
     rows = lab.check_markers(page)
     if builds_live_plot:
         assert rows, f"{name}: the code builds live_plot widgets but none rendered"
@@ -100,6 +110,9 @@ def assert_figures_match_sliders(page, name, builds_live_plot: bool) -> list[dic
         print(f"{name}: live_plot {row['index']}: {row['marker']} | controls {row['readouts']}")
     bad = [(row["index"], row["mismatches"]) for row in rows if row["mismatches"]]
     assert not bad, f"{name}: figures that do not match their sliders after Run All: {bad}"
+    if at_default:
+        moved = lab.kernel_print(page, "from workbook.widgets import moved_from_default; print(moved_from_default())")
+        assert moved.strip() == "[]", f"{name}: sliders not at their default after Run All: {moved.strip()}"
     return rows
 
 
@@ -119,7 +132,7 @@ def step_first_slider(page, shots: Path, name: str) -> dict:
 
 def check_notebook(page, lab_url, shots, name, lab_dir) -> dict | None:
     run_clean(page, lab_url, name)
-    builds_live_plot = lab.builds_live_plot(lab_dir / name)
+    builds_live_plot = lab.builds_live_plot(lab_dir / "notebooks" / name)
     assert_figures_match_sliders(page, name, builds_live_plot)
     if not builds_live_plot:
         print(f"{name}: no live_plot in the code: slider step skipped")
@@ -127,18 +140,20 @@ def check_notebook(page, lab_url, shots, name, lab_dir) -> dict | None:
     return step_first_slider(page, shots, name)
 
 
-def test_lab_opens_without_the_news_prompt(page, lab_url):
-    """A first start (fresh user settings) asks nothing about Jupyter news: the server's default for
-    fetchNews is the project's override ("false"), and no toast with the question shows up."""
+def test_lab_opens_notebook_00_without_the_news_prompt(page, lab_url):
+    """A first start (fresh user settings) at the server's root `/` shows notebooks/00_practice.ipynb and asks
+    nothing about Jupyter news: the server's default for fetchNews is the project's override ("false"), and no
+    toast with the question shows up."""
     plugin = "@jupyterlab/apputils-extension:notification"
     with urllib.request.urlopen(f"{lab_url}/lab/api/settings/{plugin}", timeout=30) as r:
         defaults = {k: v.get("default") for k, v in json.load(r)["schema"]["properties"].items()}
     assert (defaults["fetchNews"], defaults["checkForUpdates"]) == ("false", False), (
         f"{plugin} defaults {defaults}: the settings override jupyter/overrides.json is not installed in this "
         "environment (run `make venv`)")
-    page.goto(f"{lab_url}/lab?reset", timeout=90_000)
+    page.goto(f"{lab_url}/", timeout=90_000)
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
     page.evaluate("() => window.jupyterapp.restored.then(() => null)")  # the prompt is emitted right after this
+    page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === 'notebooks/{START}'", timeout=60_000)
     deadline = time.monotonic() + NEWS_PROMPT_WAIT_S
     while time.monotonic() < deadline:
         toasts = lab.toasts(page)
@@ -148,11 +163,16 @@ def test_lab_opens_without_the_news_prompt(page, lab_url):
 
 def test_live_plot_harness(page, lab_url, lab_dir, shots):
     """A live_plot whose check cell moves the slider from Python: after Run All the figure shows the moved
-    value, the check cell printed only its own line, and a key press redraws to the next value."""
+    value (and the moved-slider check reports it), the check cell printed only its own line, the static copy of
+    the figure is hidden under the live widget, and a key press redraws to the next value."""
     name = "harness_live_plot.ipynb"
     run_clean(page, lab_url, name)
-    (row,) = assert_figures_match_sliders(page, name, "live_plot")
+    (row,) = assert_figures_match_sliders(page, name, True, at_default=False)  # its check cell moved the slider
     assert row["marker"] == "rendered x=0.3" and row["readouts"] == {"x": "0.30"}, row
+    moved = lab.kernel_print(page, "from workbook.widgets import moved_from_default; print(moved_from_default())")
+    assert moved.strip() == "['x=0.3 (built at x=0.5)']", moved
+    static = page.locator(".jp-OutputArea-child .jp-RenderedImage").first
+    assert static.count() == 1 and not static.is_visible(), "the static copy shows beside the live figure"
     outputs = lab.cell_outputs(page, 1)
     assert [(o["output_type"], o["text"]) for o in outputs] == [("stream", lab.HARNESS_LIVE_PLOT_PRINTS)], outputs
     move = step_first_slider(page, shots, name)
@@ -176,7 +196,33 @@ def test_live_plot_harness_catches_a_stale_figure(page, lab_url):
     assert not fresh["mismatches"] and fresh["marker"] == "rendered x=0.4", fresh
 
 
+def panel_says(page, panel, text: str, timeout_s: float = 120) -> None:
+    """Wait until the practice panel shows `text` (a command's output arrives when the kernel is done)."""
+    try:
+        panel.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=timeout_s * 1000)
+    except Exception as e:  # noqa: BLE001 - say what the panel shows instead
+        raise AssertionError(f"the panel never showed {text!r}; it shows:\n{panel.inner_text()[:3000]}") from e
+
+
+def test_a_round_drawn_graded_and_hinted_from_notebook_00(page, lab_url, lab_dir, shots):
+    """Notebook 00 runs clean; its panel draws a round into practice/, grades it (nothing fixed yet), gives
+    level-1 hints, and its link opens the round file in the Lab's editor."""
+    run_clean(page, lab_url, START)
+    assert not (lab_dir / "practice").exists(), "Run All of notebook 00 wrote into practice/"
+    panel = page.locator(".practice-panel")
+    panel.get_by_role("button", name="Draw a round").click()
+    panel_says(page, panel, "Round 1: 3 bugs left in")
+    assert (lab_dir / "practice" / "round_1.py").is_file()
+    panel.get_by_role("button", name="Grade").click()
+    panel_says(page, panel, "0 of 3 fixed")
+    panel.get_by_role("button", name="Hint").click()
+    panel_says(page, panel, "hint 3 of 3 (level 1)")
+    panel.screenshot(path=str(shots / "practice_panel.png"), timeout=30_000)
+    panel.get_by_role("link", name="Open").click()
+    page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === 'practice/round_1.py'", timeout=60_000)
+
+
 @pytest.mark.skipif(not NOTEBOOK_NAMES, reason="no notebooks/NN_*.ipynb yet")
-@pytest.mark.parametrize("name", NOTEBOOK_NAMES or ["none"])
+@pytest.mark.parametrize("name", [n for n in NOTEBOOK_NAMES if n != START] or ["none"])
 def test_notebook_runs_and_redraws(page, lab_url, lab_dir, shots, name):
     check_notebook(page, lab_url, shots, name, lab_dir)

@@ -37,13 +37,16 @@ lab: venv
 	$(PY) -m jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # The browser test and nbval each execute every notebook in one kernel: on two cores they run side by side
-# (the browser test's report is printed after nbval's), and the target fails if either fails.
+# (the browser test's report is printed after nbval's), and the target fails if either fails. nbval's kernels
+# start with the figure check (tests/figure_check.py: an IPython startup file in a temporary IPYTHONDIR), so
+# an illegible figure fails its cell.
 test: venv
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n 2 tests -m "not browser"
 	@log=$$(mktemp); $(PY) -m pytest -p no:xdist tests/browser > $$log 2>&1 & browser=$$!; \
 	echo "$(PY) -m pytest $(NBVAL) notebooks   (the browser test runs beside it)"; \
-	$(PY) -m pytest $(NBVAL) notebooks; nbval=$$?; \
+	ipy=$$(mktemp -d); $(PY) tests/figure_check.py --startup $$ipy; \
+	IPYTHONDIR=$$ipy $(PY) -m pytest $(NBVAL) notebooks; nbval=$$?; rm -rf $$ipy; \
 	wait $$browser; browser=$$?; echo "== the browser test (tests/browser):"; cat $$log; rm -f $$log; \
 	test $$nbval = 0 && test $$browser = 0
 

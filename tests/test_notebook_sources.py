@@ -62,12 +62,37 @@ def execution_problems(nb) -> list[str]:
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SCREEN_PX = 800
+"""what one screen of JupyterLab at 1400 x 900 shows of a notebook (the Lab's bars take the rest)"""
+FIRST_FIGURE_SCREENS = 3
+"""the first figure must start within this many screens"""
+LINE_PX = {"markdown": 24, "code": 17, "output": 17}
+"""estimated height of one line (prose wraps little: sources keep lines under 120 characters)"""
+CELL_PX = {"markdown": 20, "code": 30}
+"""estimated padding per cell"""
+
+
+def first_figure(nb) -> tuple[int, float] | None:
+    """(cell index, estimated pixels above it) of the first stored image, or None: a static estimate of
+    where a reader scrolling from the top first meets a figure."""
+    y = 0.0
+    for i, cell in enumerate(nb.cells):
+        lines = cell.source.count("\n") + 1
+        y += CELL_PX.get(cell.cell_type, 0) + LINE_PX.get(cell.cell_type, 0) * lines
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "image/png" in data:
+                return i, y
+            text = out.get("text", "") if out.get("output_type") == "stream" else data.get("text/plain", "")
+            y += LINE_PX["output"] * str(text).count("\n")
+    return None
 
 
 def reader_view_problems(nb) -> list[str]:
     """What a reader should not meet ([] when nothing): an nbval marker written as a comment instead of a cell
     tag, a slider figure with no static image before it (what shows without a kernel), no self-check with
-    hidden answers, no "Next:" in the last cell."""
+    hidden answers, no "Next:" in the last cell, a first figure further than FIRST_FIGURE_SCREENS screens
+    down or not of both twins (its cell names neither buggy_vs_fixed nor both twins)."""
     problems = []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -85,6 +110,17 @@ def reader_view_problems(nb) -> list[str]:
         problems.append("no self-check with hidden answers (a markdown cell 'Self-check' with <details>)")
     if not nb.cells or "**Next:" not in nb.cells[-1].source:
         problems.append("the last cell does not say what comes next ('**Next:')")
+    first = first_figure(nb)
+    if first is None:
+        problems.append("no figure")
+    else:
+        index, y = first
+        if y > FIRST_FIGURE_SCREENS * SCREEN_PX:
+            problems.append(f"the first figure (cell {index}) is {y / SCREEN_PX:.1f} screens down "
+                            f"(at most {FIRST_FIGURE_SCREENS})")
+        source = nb.cells[index].source
+        if "buggy_vs_fixed(" not in source and not ("buggy" in source and "fixed" in source):
+            problems.append(f"the first figure (cell {index}) does not show the buggy and the fixed twin")
     return problems
 
 
@@ -179,17 +215,20 @@ def test_reader_view_checker_catches_what_the_reader_should_not_meet():
     nb = executed_notebook()
     assert set(reader_view_problems(nb)) == {
         "no self-check with hidden answers (a markdown cell 'Self-check' with <details>)",
-        "the last cell does not say what comes next ('**Next:')"}
+        "the last cell does not say what comes next ('**Next:')", "no figure"}
     nb.cells.append(nbformat.v4.new_markdown_cell("## Self-check\n1. Why?\n<details>Because.</details>"))
     nb.cells.append(nbformat.v4.new_markdown_cell("**Next: notebook 02**"))
-    assert reader_view_problems(nb) == []
     widget = nbformat.v4.new_output("display_data",
                                     data={WIDGET_VIEW: {"model_id": "x"}, "text/plain": "LivePlot(x=1)"})
     nb.cells[1].outputs = [widget]
     nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT\nw"
     assert reader_view_problems(nb) == [
         "cell 1: an nbval marker in the code (use the cell tag, e.g. nbval-ignore-output)",
-        "cell 1: a slider figure without its static image before it"]
+        "cell 1: a slider figure without its static image before it", "no figure"]
     nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBO"}), widget]
     nb.cells[1].source = "w"
+    assert reader_view_problems(nb) == ["the first figure (cell 1) does not show the buggy and the fixed twin"]
+    nb.cells[1].source = "fig, axes = buggy_vs_fixed('sampling')\nw"
     assert reader_view_problems(nb) == []
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("\n".join(["prose"] * 120)))  # 120 lines of prose
+    assert reader_view_problems(nb) == ["the first figure (cell 2) is 3.8 screens down (at most 3)"]

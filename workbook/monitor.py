@@ -408,7 +408,7 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
         ax.set_xlabel("iteration", fontsize=8)
     handles, _ = axes.flat[0].get_legend_handles_labels()
     band_patch = Patch(color="#2ca02c", alpha=0.12, label="range the check accepts")
-    axes.flat[0].legend(handles=[*handles, band_patch], fontsize=7)
+    axes.flat[0].legend(handles=[*handles, band_patch], fontsize=8)
     return fig, nonfinite
 
 
@@ -440,7 +440,7 @@ def failure_map(ax, monitor: HealthMonitor, *, color: str, show_names: bool = Tr
     ax.hlines([i + 0.5 for i in range(len(names) - 1)], -0.5, n - 0.5, color="white", lw=1, animated=True)
     frame = ax.add_patch(Rectangle((-0.5, -0.5), 1, len(names), fill=False, lw=1.5, animated=True))
     count = ax.text(1.0, 1.01, "", transform=ax.transAxes, ha="right", va="bottom", fontsize=8, animated=True)
-    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.tick_params(axis="y", labelleft=show_names)
     ax.set_xticks(range(0, n, 5))
     ax.tick_params(axis="x", labelsize=7)

@@ -79,7 +79,7 @@ def sampling_figure(frequencies):
         ax.set_xticks(range(V))
         ax.set_xlabel("token id")
     axes[0].set(ylim=(0, 1), ylabel="probability")
-    axes[1].legend(fontsize="x-small", loc="upper right").set_zorder(LEGEND_ZORDER)
+    axes[1].legend(fontsize="small", loc="upper right").set_zorder(LEGEND_ZORDER)
 
     @functools.cache
     def numbers(temperature):
@@ -155,7 +155,7 @@ def masked_mean_figure(estimates, paddings: dict, *, width: int = 8):
         markers.append(animated(ax.axvline(0.0, color="k", lw=0.8)))
         texts.append(corner_text(ax, 0.97, 0.62, "right"))
         ax.set(xlabel="fraction of masked tokens (x: NaN or -inf)", ylim=(-0.3, 5.7))
-        ax.legend(fontsize="x-small", loc="lower left").set_zorder(LEGEND_ZORDER)
+        ax.legend(fontsize="small", loc="lower left").set_zorder(LEGEND_ZORDER)
 
     def update(masked_fraction, padding):
         for key, line in lines.items():

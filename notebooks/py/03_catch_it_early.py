@@ -694,14 +694,14 @@ for t, color in ((1, FIXED), (0, REFERENCE)):
     ax_r.axvline(clipped_at[t], color=color, lw=0.8, ls=":")
 ax_r.set(xlabel="Adam steps (dotted: the token's own gradient is 0 after this)", ylabel="ratio",
          title="clipping does not bound the ratio")
-ax_r.legend(fontsize=7)
+ax_r.legend(fontsize=8)
 ax_k.plot(masses, kl_to_ref, color=FIXED, label="KL(pi || run's reference)")
 ax_k.plot(masses, kl_to_uniform, color=REFERENCE, label="KL(pi || uniform) = log V - H(pi)")
 ax_k.axhline(math.log(V), color=BUGGY, ls="--", lw=1, label="old bound: log V")
 ax_k.axhline(-ref_p.min().log(), color=FIXED, ls=":", lw=1, label="-log min ref(v): the bound in general")
 ax_k.set(xlabel="mass m on the reference's least likely token", ylabel="exact KL (nats)",
          title="KL to a non-uniform reference exceeds log V")
-ax_k.legend(fontsize=7)
+ax_k.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]

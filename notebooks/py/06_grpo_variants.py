@@ -1004,7 +1004,7 @@ for name, run in gspo_runs.items():
     axes[1].plot(smooth(run.probe("token_std")), color=GSPO_COLORS[name], label=f"{name}: std log rho")
     axes[1].plot(smooth(run.probe("seq_std")), color=GSPO_COLORS[name], ls="--", label=f"{name}: std log s")
 axes[1].set(xlabel="iteration", ylabel="std after the update")
-axes[1].legend(fontsize="x-small")
+axes[1].legend(fontsize="small")
 fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
@@ -1206,12 +1206,12 @@ axes[1].plot(static_effective, color="tab:blue", label="static")
 axes[1].plot(dynamic.stat("groups_kept"), color="tab:green", label="dynamic")
 axes[1].plot(generated, color="tab:green", ls=":", label="dynamic: generated")
 axes[1].set(xlabel="iteration", ylabel="groups")
-axes[1].legend(fontsize="x-small")
+axes[1].legend(fontsize="small")
 cum_static = [SHORT["prompts_per_batch"] * (i + 1) for i in range(SHORT["steps"])]
 axes[2].plot(cum_static, smooth(static.stat("reward")), color="tab:blue", label="static")
 axes[2].plot(cum_dynamic, smooth(dynamic.stat("reward")), color="tab:green", label="dynamic")
 axes[2].set(xlabel="groups generated so far", ylabel="reward")
-axes[2].legend(fontsize="x-small")
+axes[2].legend(fontsize="small")
 fig.suptitle("AdditionTask, one seed")
 plt.show()
 
@@ -1386,7 +1386,7 @@ def kl_limits(key):
 axes7[0].set(xlabel="iteration", ylabel="reward", xlim=(0, SHORT["steps"] - 1), ylim=kl_limits("reward"))
 axes7[1].set(xlabel="iteration", ylabel="kl (k3 estimate)", xlim=(0, SHORT["steps"] - 1), ylim=kl_limits("kl"),
              yscale="log")  # log: the beta = 0 run's spikes would flatten the other curves
-axes7[0].legend(fontsize="x-small")
+axes7[0].legend(fontsize="small")
 
 
 def update_kl(beta):

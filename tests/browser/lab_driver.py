@@ -45,6 +45,12 @@ LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
+VIEWPORT = {"width": 1400, "height": 900}
+"""the window a reader opens the Lab in (the figure check's output width is measured at this size)"""
+OUTPUT_WIDTH_JS = ("() => Math.max(0, ...[...document.querySelectorAll("
+                   "'.jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output')].map(e => e.clientWidth))")
+"""the width of a cell's output in the current notebook, in CSS pixels (what a wider image is scaled to)"""
+
 LIVE_PLOT = ".live-plot"
 CONTROL_SELECTOR = ".widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-checkbox"
 
@@ -299,7 +305,7 @@ def chromium():
 
 @contextlib.contextmanager
 def new_page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(60_000)
     try:
@@ -318,7 +324,7 @@ NOTEBOOK_STATE_JS = """() => {
   if (!panel || !panel.content || !panel.content.model) return null;
   const kernel = panel.sessionContext.session?.kernel;
   const cells = panel.content.model.cells;
-  const state = {kernel: kernel ? kernel.status : 'none', pending: 0, executed: 0, errors: []};
+  const state = {kernel: kernel ? kernel.status : 'none', pending: 0, executed: 0, errors: [], stderr: []};
   for (let i = 0; i < cells.length; i++) {
     const cell = cells.get(i);
     if (cell.type !== 'code' || cell.sharedModel.getSource().trim() === '') continue;
@@ -328,6 +334,8 @@ NOTEBOOK_STATE_JS = """() => {
       const out = cell.outputs.get(j).toJSON();
       if (out.output_type === 'error' && !tags.includes('raises-exception'))
         state.errors.push({cell: i, ename: out.ename, evalue: String(out.evalue).slice(0, 300)});
+      if (out.output_type === 'stream' && out.name === 'stderr')
+        state.stderr.push({cell: i, text: (Array.isArray(out.text) ? out.text.join('') : out.text).slice(0, 2000)});
     }
   }
   return state;

@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import lab_driver as lab  # tests/browser/lab_driver.py (pytest puts this folder on sys.path)
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the figure check
+import figure_check  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -67,9 +71,12 @@ def lab_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def lab_url(lab_dir, tmp_path_factory):
+    """The Lab on lab_dir; its kernels start with the figure check (tests/figure_check.py) installed."""
+    ipython_dir = tmp_path_factory.mktemp("ipython")
+    figure_check.write_startup(ipython_dir)
+    env = {"GRPO_PRACTICE_DIR": str(lab_dir / "practice"), "IPYTHONDIR": str(ipython_dir)}
     try:
-        with lab.lab_server(lab_dir, tmp_path_factory.mktemp("jupyter_home"),
-                            env={"GRPO_PRACTICE_DIR": str(lab_dir / "practice")}) as url:
+        with lab.lab_server(lab_dir, tmp_path_factory.mktemp("jupyter_home"), env=env) as url:
             yield url
     except lab.LabError as e:
         pytest.fail(str(e))
@@ -93,11 +100,13 @@ def shots(tmp_path_factory) -> Path:
 
 
 def run_clean(page, lab_url, name) -> None:
-    """Open notebooks/<name> and Run All; no error output, no cell left unexecuted."""
+    """Open notebooks/<name> and Run All; no error output, nothing on stderr (the figure check's reports among
+    it), no cell left unexecuted."""
     lab.open_notebook(page, lab_url, f"notebooks/{name}")
     seconds, state = lab.run_all(page)
     print(f"\n{name}: run-all {seconds:.1f} s, {state['executed']} code cells executed")
     assert not state["errors"], f"{name}: error outputs {state['errors']}"
+    assert not state["stderr"], f"{name}: stderr output (a FIGURE CHECK line is an illegible figure) {state['stderr']}"
     assert state["pending"] == 0, f"{name}: {state['pending']} code cells never ran"
 
 
@@ -209,6 +218,9 @@ def test_a_round_drawn_graded_and_hinted_from_notebook_00(page, lab_url, lab_dir
     level-1 hints, and its link opens the round file in the Lab's editor."""
     run_clean(page, lab_url, START)
     assert not (lab_dir / "practice").exists(), "Run All of notebook 00 wrote into practice/"
+    width = page.evaluate(lab.OUTPUT_WIDTH_JS)
+    assert width >= figure_check.OUTPUT_WIDTH_PX, (
+        f"outputs are {width} px wide at {lab.VIEWPORT}: the figure check assumes {figure_check.OUTPUT_WIDTH_PX}")
     panel = page.locator(".practice-panel")
     panel.get_by_role("button", name="Draw a round").click()
     panel_says(page, panel, "Round 1: 3 bugs left in")

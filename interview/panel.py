@@ -79,7 +79,8 @@ class PracticePanel:
         if code == 0 and new:
             self.round_file = new[-1]
             self.status_text = (f"Round drawn: open it from the link, run it in a Terminal (File > New > Terminal: "
-                                f".venv/bin/python {rounds.rel(self.round_file)}), fix it in place, then Grade.")
+                                f"cd {rounds.ROOT} && .venv/bin/python {rounds.rel(self.round_file)}), fix it in "
+                                f"place, then Grade.")
             self._show()
         return code
 
@@ -92,7 +93,7 @@ class PracticePanel:
 
     def hint(self) -> int:
         code = self._run(["hint", *self._file(), "--level", self.level.value], f"Hint, level {self.level.value}")
-        self.status_text = f"Hints at level {self.level.value}." if code == 0 else "No hint: see below."
+        self.status_text = f"Hint, level {self.level.value}: see below." if code == 0 else "No hint: see below."
         self._show()
         return code
 

@@ -44,7 +44,7 @@ def shell(monkeypatch):
     monkeypatch.setattr(progress_module, "display", display)
     monkeypatch.setattr(progress_module._Line, "current", None)
     monkeypatch.setattr(progress_module._Line, "hooked", False)
-    clock = iter([0.0, 0.0, 4.2, 9.0, 20.0, 20.0, 21.0])
+    clock = iter([0.0, 0.0, 4.2, 9.0, 20.0, 20.0, 21.0, 22.0, 23.0])
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))
     return fake, handles, displayed
 
@@ -56,11 +56,15 @@ def test_one_line_per_cell_counting_steps_then_empty(shell):
         step("B5")
     fake.end_cell()
     assert displayed == [progress_module.BLANK]  # what nbval records: the first display, empty
-    assert handles[0].shown == ["runs ... (0 s)", "runs: 1 of 2 (B3) (4 s)", "runs: 2 of 2 (B5) (9 s)", ""]
+    assert handles[0].shown == ["runs ..., 0 s", "runs: 1 of 2 (B3), 4 s", "runs: 2 of 2 (B5), 9 s", ""]
     progress_module.status("training")  # the next cell gets a line of its own
-    progress_module.status("training more")
+    with progress_module.progress("runs", total=1) as step:
+        step("B3")
+        progress_module.status("training B3: iteration 1 of 20")  # what a helper says keeps the count
     fake.end_cell()
-    assert len(handles) == 2 and handles[1].shown == ["training (0 s)", "training more (1 s)", ""]
+    assert len(handles) == 2 and handles[1].shown == [
+        "training, 0 s", "runs ..., 1 s", "runs: 1 of 1 (B3), 2 s",
+        "runs: 1 of 1 (B3) · training B3: iteration 1 of 20, 3 s", ""]
     assert len(fake.hooks) == 1  # hooked once
 
 

@@ -4,10 +4,11 @@
     module.train(on_iteration=iterations("B3", steps))   # or per iteration of the twins' train()
     with progress("short runs", total=13) as step:
         for bug in bugs:
-            step(bug.id)                    # "short runs: 3 of 13 (B3), 4 s"
+            step(bug.id)                    # "short runs: 3 of 13 (B3) · training B3: iteration 7 of 20, 4 s"
 
-Each cell gets at most one line: one display output, updated in place, that starts empty and is emptied
-again when the cell ends (an IPython post_run_cell hook). So the stored notebook holds an empty output, and
+Each cell gets at most one line: the count of its progress(), if any, then what a helper last said, then the
+seconds since the line appeared. The line is one display output, updated in place, that starts empty and is
+emptied again when the cell ends (an IPython post_run_cell hook). So the stored notebook holds an empty output, and
 nbval, which records the first display of an output and never its updates, sees the same. Outside IPython
 (a script, a test) nothing is shown.
 """
@@ -33,7 +34,15 @@ class _Line:
     def __init__(self, shell):
         self.cell = shell.execution_count
         self.started = time.monotonic()
+        self.outer, self.inner = "", ""  # a progress() count, what a helper last said
         self.handle = display(BLANK, raw=True, display_id=True)
+
+    def show(self) -> None:
+        if self.handle is not None:
+            text = " · ".join(part for part in (self.outer, self.inner) if part)
+            shown = f"{text}, {time.monotonic() - self.started:.0f} s"
+            self.handle.update({"text/plain": shown, "text/html": f"<small><i>{html.escape(shown)}</i></small>"},
+                               raw=True)
 
 
 def _shell():
@@ -47,21 +56,32 @@ def _clear(*_) -> None:
         line.handle.update(BLANK, raw=True)
 
 
-def status(text: str) -> None:
-    """Show `text` (and the seconds since the cell's first status) as the running cell's status line."""
+def _line() -> _Line | None:
+    """The running cell's line, made on first use (None outside IPython)."""
     shell = _shell()
     if shell is None:
-        return
+        return None
     if not _Line.hooked:
         shell.events.register("post_run_cell", _clear)
         _Line.hooked = True
     if _Line.current is None or _Line.current.cell != shell.execution_count:
         _Line.current = _Line(shell)
-    line = _Line.current
-    if line.handle is not None:
-        shown = f"{text} ({time.monotonic() - line.started:.0f} s)"
-        line.handle.update({"text/plain": shown, "text/html": f"<small><i>{html.escape(shown)}</i></small>"},
-                           raw=True)
+    return _Line.current
+
+
+def status(text: str) -> None:
+    """Show `text` (after the cell's progress() count, if any) as the running cell's status line."""
+    line = _line()
+    if line is not None:
+        line.inner = text
+        line.show()
+
+
+def _count(text: str) -> None:
+    line = _line()
+    if line is not None:
+        line.outer, line.inner = text, ""
+        line.show()
 
 
 def iterations(what: str, steps: int):
@@ -78,12 +98,12 @@ class Progress:
 
     def __init__(self, what: str, total: int | None = None):
         self.what, self.total, self.count = what, total, 0
-        status(f"{what} ...")
+        _count(f"{what} ...")
 
     def __call__(self, label: str = "") -> None:
         self.count += 1
         count = f"{self.count} of {self.total}" if self.total else f"{self.count}"
-        status(f"{self.what}: {count}{f' ({label})' if label else ''}")
+        _count(f"{self.what}: {count}{f' ({label})' if label else ''}")
 
 
 @contextlib.contextmanager

@@ -51,6 +51,7 @@
 # `practice/` (notebook 00 §4 only reads its log).
 
 # %%
+import logging
 import random
 import tempfile
 from datetime import UTC, datetime
@@ -59,6 +60,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from IPython.display import display
 
+import grpo_buggy
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
 from interview import (
@@ -75,8 +77,28 @@ from interview import (
     verdicts,
 )
 from interview.panel import PracticePanel
+from workbook.plots import BUGGY, FIXED, buggy_vs_fixed
 
+logging.getLogger("grpo").setLevel(logging.ERROR)  # the hand-out logs health warnings; the figure shows its reward
 work = Path(tempfile.mkdtemp(prefix="practice_demo_"))  # a throw-away practice folder for this notebook
+
+# %%
+SHORT_RUN = dict(seed=0, steps=grading.TRAIN_STEPS, **grading.TRAIN_OVERRIDES)  # the grader's short run (§1)
+glance = {module.__name__: [s["reward"] for s in module.train(**SHORT_RUN)] for module in (grpo_buggy, grpo_fixed)}
+fig, axes = buggy_vs_fixed("reward per iteration of the grader's short run, seed 0", figsize=(8, 2.4))
+for ax, rewards, color in zip(axes, glance.values(), (BUGGY, FIXED), strict=True):
+    ax.plot(range(len(rewards)), rewards, "o-", color=color)
+    ax.set_xlabel("iteration")
+axes[0].set(ylabel="reward", ylim=(-0.05, 1.05))
+plt.show()
+fixed_range = f"{min(glance['grpo_fixed']):.3f} to {max(glance['grpo_fixed']):.3f}"
+print(f"grpo_buggy: at most {max(glance['grpo_buggy']):.3f};  grpo_fixed: {fixed_range}")
+assert max(glance["grpo_buggy"]) == 0.0 and fixed_range == "0.225 to 0.463"  # as quoted
+
+# %% [markdown]
+# **At a glance.** The hand-out `grpo_buggy.py` (left) scores 0 at every iteration of the grader's short run, and
+# its fixed twin (right) scores 0.225 to 0.463 without rising: §1 explains why eight iterations cannot show
+# learning, and what `make grade` checks instead.
 
 # %% [markdown]
 # ## 1. Debug a hand-out
@@ -133,10 +155,10 @@ print(f"short run: {grading.TRAIN_STEPS} iterations of B = {B} prompts x G = {G}
 assert (grading.TRAIN_STEPS, B, G, verdicts.BAND_LAST, verdicts.BAND_TOLERANCE) == (8, 10, 8, 4, 0.15)
 
 # %% [markdown]
-# The fixed twin's own short run, as `make grade` runs it for the band (about a second):
+# The fixed twin's own short run, as `make grade` runs it for the band (about a second; the figure at the top ran it):
 
 # %%
-short = [s["reward"] for s in grpo_fixed.train(seed=0, steps=grading.TRAIN_STEPS, **grading.TRAIN_OVERRIDES)]
+short = glance["grpo_fixed"]  # grpo_fixed.train(seed=0, steps=grading.TRAIN_STEPS, **grading.TRAIN_OVERRIDES)
 band_reward = sum(short[-verdicts.BAND_LAST:]) / verdicts.BAND_LAST
 print("reward per iteration:", " ".join(f"{r:.3f}" for r in short))
 print(f"first iteration (the SFT model's samples) {short[0]:.3f}; band reward (mean of the last "

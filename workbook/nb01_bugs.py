@@ -218,17 +218,29 @@ def first_failures(history, cfg) -> dict:
     return first
 
 
-def ablation(seed: int = 0, exact_kl: tuple[str, ...] = (), step=None, **overrides) -> dict:
-    """Train every run of ABLATION_RUNS with the same seed and overrides; the runs labelled in exact_kl also log
-    stats["exact_kl"] (trainer(label, exact_kl=True)); step(label), if given, is called as each run starts
-    (a progress line). -> label -> history"""
+EXACT_KL = ("fixed", "B8")
+"""the runs whose rollouts also log stats["exact_kl"] (notebook 01 §13 compares the two)"""
+
+
+@functools.cache
+def _train(label: str, seed: int, overrides: tuple, exact_kl: bool) -> tuple:
+    steps = grpo_fixed.make_config(**dict(overrides)).steps
+    return tuple(trainer(label, exact_kl).train(seed=seed, on_iteration=iterations(label, steps), **dict(overrides)))
+
+
+def ablation(seed: int = 0, exact_kl: tuple[str, ...] = EXACT_KL, step=None, labels=ABLATION_RUNS,
+             **overrides) -> dict:
+    """Train every run of `labels` (default ABLATION_RUNS) with the same seed and overrides; the runs labelled in
+    exact_kl also log stats["exact_kl"] (trainer(label, exact_kl=True)); step(label), if given, is called as each
+    run starts (a progress line). Each run is computed once per (label, seed, overrides, exact_kl) in this process,
+    so the notebook's first figure and its §13 share their runs. -> label -> history (lists of stats dicts; do
+    not mutate them)"""
+    key = tuple(sorted(overrides.items()))
     runs = {}
-    for label in ABLATION_RUNS:
+    for label in labels:
         if step is not None:
             step(label)
-        steps = grpo_fixed.make_config(**overrides).steps
-        runs[label] = trainer(label, label in exact_kl).train(seed=seed, on_iteration=iterations(label, steps),
-                                                             **overrides)
+        runs[label] = list(_train(label, seed, key, label in exact_kl))
     return runs
 
 

@@ -90,6 +90,41 @@ print(f"tokens: PAD {PAD}, BOS {tokenizer.bos_token_id}, EOS {EOS}, then {TASK.a
 # same gap over the other rows (`logprob_gap_unpadded`) stays at float rounding. The reward climbs, more slowly than
 # a healthy run's.
 #
+# **Tiny input** (the catalog's B12 probe). Prompt `'12+3='`, completion `'2'`, `'3'`, EOS, scored by the training
+# forward (`policy_logprobs` at temperature 0.8) once as a row alone and once behind three PAD tokens. The SFT model
+# is the policy. The row's tokens and mask are the same; only the padding differs, so the log-probs must be equal
+# (the key fact below the figure says why the B12 hybrid's are not).
+
+# %%
+completion = torch.tensor([[*tokenizer.encode("23", add_bos=False), EOS]])  # (1, T=3)
+completion_mask = torch.ones_like(completion, dtype=torch.bool)
+scored = {}
+with torch.no_grad():
+    for label, module in (("B12", HYBRID["B12"]), ("fixed", grpo_fixed)):
+        for pad in (0, PROBE_PADS):
+            scored[label, pad] = module.policy_logprobs(sft, *left_padded(tokenizer, PROBE_PROMPT, pad), completion,
+                                                        completion_mask, 0.8)[0]  # (T,)
+            print(f"{label:5s} {pad} PAD   log-probs of '2', '3', EOS: {[f'{x:+.4f}' for x in scored[label, pad]]}")
+b12_shift = (scored["B12", PROBE_PADS] - scored["B12", 0]).abs().max().item()
+print(f"B12: largest change from the padding {b12_shift:.2f} nats")
+assert (scored["fixed", PROBE_PADS] - scored["fixed", 0]).abs().max() < 1e-5  # float rounding only
+assert torch.equal(scored["B12", 0], scored["fixed", 0])  # an unpadded row: 0..L-1 is the right numbering
+assert f"{b12_shift:.2f}" == "12.06"  # as quoted
+assert (scored["B12", PROBE_PADS] - scored["B12", 0]).abs().argmax() == 1  # on the token '3'
+
+# %%
+# left: the buggy hybrid (grpo_fixed with B12 switched on); right: the fixed twin
+fig, axes = hybrid_vs_fixed("B12", "training log-prob of each completion token, alone and behind 3 PAD")
+for ax, label, color in zip(axes, ("B12", "fixed"), (BUGGY, FIXED), strict=True):
+    paired_bars(ax, ["'2'", "'3'", "EOS"], {"alone": scored[label, 0].tolist(),
+                                           "behind 3 PAD": scored[label, PROBE_PADS].tolist()},
+                {"alone": REFERENCE, "behind 3 PAD": color})
+    ax.set_xlabel("completion token")
+axes[0].set_ylabel("log-prob")
+axes[0].legend(fontsize="small", loc="lower left")
+plt.show()
+
+# %% [markdown]
 # **Key fact.** TinyLM, like GPT-2, has *learned absolute* position embeddings: the input of the first layer is
 # $x_l = E[\text{token}_l] + P[\text{pos}_l]$. TinyLM's forward, like GPT-2's in Hugging Face `transformers` (checked
 # in version 4.57.1, below), numbers the positions $0 \dots L-1$ in every row unless it is given `position_ids`,
@@ -113,39 +148,6 @@ print("default 0..L-1      ", default[0].tolist())
 assert positions_from_mask(mask)[0].tolist() == [0, 0, 0, 0, 1, 2, 3, 4, 5]
 assert torch.equal(positions_from_mask(mask), grpo_fixed.position_ids(mask))  # the twins' helper
 assert (default - positions_from_mask(mask))[mask.bool()].unique().tolist() == [PROBE_PADS]  # every real token
-
-# %% [markdown]
-# **Tiny input** (the catalog's B12 probe). Prompt `'12+3='`, completion `'2'`, `'3'`, EOS, scored by the training
-# forward (`policy_logprobs` at temperature 0.8) once as a row alone and once behind three PAD tokens. The SFT model
-# is the policy. The row's tokens and mask are the same; only the padding differs, so the log-probs must be equal.
-
-# %%
-completion = torch.tensor([[*tokenizer.encode("23", add_bos=False), EOS]])  # (1, T=3)
-completion_mask = torch.ones_like(completion, dtype=torch.bool)
-scored = {}
-with torch.no_grad():
-    for label, module in (("B12", HYBRID["B12"]), ("fixed", grpo_fixed)):
-        for pad in (0, PROBE_PADS):
-            scored[label, pad] = module.policy_logprobs(sft, *left_padded(tokenizer, PROBE_PROMPT, pad), completion,
-                                                        completion_mask, 0.8)[0]  # (T,)
-            print(f"{label:5s} {pad} PAD   log-probs of '2', '3', EOS: {[f'{x:+.4f}' for x in scored[label, pad]]}")
-b12_shift = (scored["B12", PROBE_PADS] - scored["B12", 0]).abs().max().item()
-print(f"B12: largest change from the padding {b12_shift:.2f} nats")
-assert (scored["fixed", PROBE_PADS] - scored["fixed", 0]).abs().max() < 1e-5  # float rounding only
-assert torch.equal(scored["B12", 0], scored["fixed", 0])  # an unpadded row: 0..L-1 is the right numbering
-assert f"{b12_shift:.2f}" == "12.06"  # as quoted
-assert (scored["B12", PROBE_PADS] - scored["B12", 0]).abs().argmax() == 1  # on the token '3'
-
-# %%
-fig, axes = hybrid_vs_fixed("B12", "training log-prob of each completion token, alone and behind 3 PAD")
-for ax, label, color in zip(axes, ("B12", "fixed"), (BUGGY, FIXED), strict=True):
-    paired_bars(ax, ["'2'", "'3'", "EOS"], {"alone": scored[label, 0].tolist(),
-                                           "behind 3 PAD": scored[label, PROBE_PADS].tolist()},
-                {"alone": REFERENCE, "behind 3 PAD": color})
-    ax.set_xlabel("completion token")
-axes[0].set_ylabel("log-prob")
-axes[0].legend(fontsize="small", loc="lower left")
-plt.show()
 
 # %% [markdown]
 # The fixed twin scores the padded row exactly as the row alone (to float rounding). B12 scores the unpadded row
@@ -731,7 +733,7 @@ ax_bar.legend(fontsize="small")
 curves(ax_curve, {k: runs[k] for k in ("fixed", "B12", "B16", "B17")}, "reward",
        colors={"fixed": FIXED, "B12": "#ff7f0e", "B16": "#9467bd", "B17": BUGGY}, window=5, ylabel="logged reward")
 ax_curve.plot(smooth([s["true_reward"] for s in runs["B17"]], 5), color=BUGGY, ls="--", label="B17, true reward")
-ax_curve.legend(fontsize="small")
+ax_curve.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: the curves fill them
 ax_curve.set_title("reward per iteration (5-iteration mean)", fontsize="small")
 plt.show()
 

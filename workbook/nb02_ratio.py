@@ -136,6 +136,9 @@ def inner_trace(module, snap: Snapshot, steps: int, lr: float, clip: float, rati
 
 BAR_SCALE = 0.6
 """drift figure: a bar reaching this fraction of the panel's height stands for all tokens"""
+RATIO_LIMITS = (1e-4, 1e3)
+"""drift figure's ratio axis: the notebook's slider positions span about 2e-4 to 76 (lr = 1e-2); the top decade
+holds the note 'clipping engages at k=...' clear of the data"""
 DRIFT_CAPTION = ("Band: 5-95% of the true ratio pi_k / pi_old, thin lines: its min and max; circles (solid): mean "
                  "ratio of the A>0 tokens, squares (dashed): of the A<0 tokens; dotted black: mean ratio the loss "
                  "sees; dashed grey: the clip window. Bars: token fraction the loss clipped (filled) and outside the "
@@ -160,13 +163,14 @@ class _DriftPanel:
         ks = list(range(max_steps))
         ones = [1.0] * max_steps
         ax.set_yscale("log")
-        ax.set_ylim(0.001, 50)  # the bottom decade is the bars' (at most BAR_SCALE of the height)
-        ax.set_yticks([0.01, 0.1, 0.5, 1, 2, 10], ["0.01", "0.1", "0.5", "1", "2", "10"])
+        ax.set_ylim(*RATIO_LIMITS)  # fixed, and wide enough for every slider position's min and max
+        ax.set_yticks([0.001, 0.01, 0.1, 1, 10, 100], ["0.001", "0.01", "0.1", "1", "10", "100"])
         ax.minorticks_off()
         ax.set_xlim(-0.5, max_steps - 0.5)  # fixed: the trace grows to the right as steps are added
         ax.set_xticks(range(0, max_steps, 3))  # few fixed ticks: tick layout is most of a redraw's cost
         ax.set_xlabel("inner step k")
-        self.band = ax.fill_between(ks, ones, ones, color=color, alpha=0.18, label="true ratio, 5-95%")
+        (self.band,) = ax.fill(ks + ks[::-1], ones + ones, color=color, alpha=0.18, lw=0,
+                               label="true ratio, 5-95%")  # one polygon: 5% quantiles out, 95% back
         (self.lo,) = ax.plot(ks, ones, color=color, lw=0.7, label="true ratio, min / max")
         (self.hi,) = ax.plot(ks, ones, color=color, lw=0.7)
         (self.pos,) = ax.plot(ks, ones, "-o", color=color, ms=3, label="mean, A>0")
@@ -180,7 +184,8 @@ class _DriftPanel:
                                  transform=on_axes)  # one patch for all steps: cheaper than a bar each
         self.missed = ax.stairs(zeros, self.edges, baseline=0.0, color=color, lw=0.8, transform=on_axes)
         self.first = ax.axvline(0, color=color, lw=1.5)
-        self.note = ax.text(0.1, 30, "", color=color, fontsize="small", va="top")
+        on_top = blended_transform_factory(ax.transData, ax.transAxes)  # x in steps, y in panel height
+        self.note = ax.text(0.3, 0.97, "", color=color, fontsize="small", va="top", transform=on_top)  # above the data
 
     def update(self, trace: dict, token_adv, clip: float, clipped_fn) -> dict:
         ratios = trace["ratio"]
@@ -188,7 +193,7 @@ class _DriftPanel:
         ks = list(range(steps))
         band = torch.stack([torch.quantile(r, torch.tensor([0.0, 0.05, 0.95, 1.0])) for r in ratios])  # (K, 4)
         pos, neg = zip(*(sign_means(r, token_adv) for r in ratios), strict=True)
-        self.band.set_data(ks, band[:, 1], band[:, 2])
+        self.band.set_xy(list(zip(ks + ks[::-1], band[:, 1].tolist() + band[:, 2].flip(0).tolist(), strict=True)))
         self.lo.set_data(ks, band[:, 0])
         self.hi.set_data(ks, band[:, 3])
         self.pos.set_data(ks, pos)
@@ -206,7 +211,7 @@ class _DriftPanel:
         self.first.set_visible(first is not None)
         if first is not None:
             self.first.set_xdata([first, first])
-        self.note.set_x(0.1 if first is None else first + 0.1)
+        self.note.set_x(0.3 if first is None else first + 0.3)
         self.note.set_text("clipping never engages" if first is None else f"clipping engages at k={first}")
         last = ratios[-1]
         return dict(first_clip=first, last_min=last.min().item(), last_max=last.max().item(), last_outside=outside[-1])
@@ -218,7 +223,7 @@ class DriftFigure:
 
     def __init__(self, max_steps: int, clipped_fn):
         self.clipped_fn = clipped_fn
-        self.fig, (ax_b, ax_f) = plt.subplots(1, 2, figsize=(9, 3.0), sharey=True, layout="constrained")
+        self.fig, (ax_b, ax_f) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True, layout="constrained")
         ax_b.set_title("B3: old log-probs recomputed each step", color=BUGGY, fontsize="medium")
         ax_f.set_title("grpo_fixed: old log-probs cached once", color=FIXED, fontsize="medium")
         ax_b.set_ylabel("ratio pi_k / pi_old (log scale)")
@@ -231,6 +236,19 @@ class DriftFigure:
         b = self.buggy.update(buggy, token_adv, clip, self.clipped_fn)
         f = self.fixed.update(fixed, token_adv, clip, self.clipped_fn)
         return {f"{key}_{side}": value for side, part in (("buggy", b), ("fixed", f)) for key, value in part.items()}
+
+
+def draw_loss_ratios(ax, records: list[dict], clip: float, color: str) -> None:
+    """The ratio each inner step's loss used (update_policy's records), one column per step: a dot per token,
+    spread sideways in token order so that the dots do not pile up; the clip window dashed."""
+    for k, record in enumerate(records):
+        ratio = record["ratio"]  # (n_tokens,) of this step's minibatch
+        spread = torch.linspace(-0.3, 0.3, ratio.numel())  # deterministic: no jitter from a random stream
+        ax.plot((k + spread).tolist(), ratio.tolist(), ".", color=color, ms=3, alpha=0.5)
+    for edge in (1 - clip, 1 + clip):
+        ax.axhline(edge, color="grey", ls="--", lw=0.8)
+    ax.set_xticks(range(len(records)))
+    ax.set_xlabel("inner step k")
 
 
 def draw_histograms(trace: dict, token_adv, steps, clip: float, clipped_fn):

@@ -48,7 +48,7 @@ from grpo_fixed import masked_mean
 from workbook import nb02_ratio
 from workbook.catalog import hybrid
 from workbook.monitor import STATS, render_range
-from workbook.plots import BUGGY, FIXED, REFERENCE, curves
+from workbook.plots import BUGGY, FIXED, REFERENCE, buggy_vs_fixed, curves
 from workbook.progress import progress
 from workbook.run_summary import final_reward
 from workbook.swap import fixed_with
@@ -57,12 +57,37 @@ from workbook.widgets import live_plot, probe, slider
 logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log health warnings; we print what we need
 B3, B6, B10 = hybrid("B3"), hybrid("B6"), hybrid("B10")
 
+# %%
+with progress("training 20 iterations to the replayed batch"):
+    snap = nb02_ratio.warm_start(iterations=20, seed=0)  # the batch every section replays (next heading)
+glance = {name: module.update_policy(*nb02_ratio.restore(snap), snap.batch, snap.cfg, torch.Generator().manual_seed(0))
+          for name, module in [("buggy", B3), ("fixed", grpo_fixed)]}  # B3: grpo_buggy's update_policy
+fig, axes = buggy_vs_fixed("the ratio each inner step's loss sees, one batch, 2 epochs x 2 minibatches "
+                           "(dashed: clip window)", figsize=(9, 3.0))
+axes[0].set_title("B3: grpo_buggy's update_policy", color=BUGGY)
+for ax, (name, records) in zip(axes, glance.items(), strict=True):
+    nb02_ratio.draw_loss_ratios(ax, records, snap.cfg.clip, BUGGY if name == "buggy" else FIXED)
+axes[0].set_ylabel("ratio pi_theta / pi_old")
+plt.show()
+glance_dev = {name: [(rec["ratio"] - 1).abs().max().item() for rec in records] for name, records in glance.items()}
+for name, devs in glance_dev.items():
+    print(f"{name}: max |rho - 1| per inner step " + " ".join(f"{d:.2f}" for d in devs))
+assert all(d == 0 for d in glance_dev["buggy"]) and glance_dev["fixed"][0] == 0
+assert sum(rec["clipped_pos"] + rec["clipped_neg"] for rec in glance["buggy"]) == 0  # B3: the clip never engages
+assert all(d > snap.cfg.clip for d in glance_dev["fixed"][1:])  # every later step reaches past the window
+
+# %% [markdown]
+# **At a glance.** The ratio you would print inside the inner loop, at each of the 4 inner steps of one update:
+# with B3 (left) it is exactly 1 at every step, so the clip never engages; in the fixed twin (right) it is exactly
+# 1 only at step 0 and spreads past the clip window from step 1 on. Why: notebook 02 §2; what B3 costs: notebook 02 §4.
+
 # %% [markdown]
 # ## 1. The batch we replay
 #
 # A run of the fixed twin on AdditionTask from its SFT checkpoint (B = 8 prompts × G = 8 samples, default config
 # otherwise) for 20 iterations, then one more rollout batch. That moment (policy weights, Adam state, batch) is the
-# `Snapshot`; every experiment below restarts from it, so they all share the same starting point.
+# `Snapshot` (`snap`, taken in the cell above the figure); every experiment below restarts from it, so they all
+# share the same starting point.
 #
 # The batch is what an LM trainer holds: text prompts, tokenized and **left-padded** (`prompt_ids`,
 # `prompt_mask`), the sampled completion tokens with their mask (True up to and including EOS), the decoded
@@ -81,8 +106,6 @@ def token_advantages(batch):
     return batch["advantages"][:, None].expand_as(mask)[mask]  # (N, 1) -> (N, T) -> (n_tokens,)
 
 
-with progress("training 20 iterations to the replayed batch"):
-    snap = nb02_ratio.warm_start(iterations=20, seed=0)
 batch, cfg = snap.batch, snap.cfg
 for name, value in batch.items():
     shape = f"list of {len(value)} str" if isinstance(value, list) else f"{tuple(value.shape)} {value.dtype}"

@@ -367,18 +367,21 @@ def plot_stat(ax, history, key, *, color, label=None):
     return len(bad)
 
 
-def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, figsize=(12.0, 8.4)):
-    """A grid with one panel per stat (see DASHBOARD), one line per labelled history, healthy band shaded.
+def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, figsize=(10.0, 8.0)):
+    """A grid with one panel per stat (see DASHBOARD), one line per labelled history, healthy band shaded (the part
+    in view); the legend in the place of the empty panels (below the grid when there is none). 10 inches wide: a
+    notebook shows it unscaled, so 8-point tick labels stay legible.
 
     histories {label: list of stats dicts}; colors {label: colour}. -> fig, {key: count of non-finite per label}
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.transforms import Bbox
 
     keys = list(DASHBOARD) if keys is None else keys
     nrows = -(-len(keys) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)  # fixed margins: layout engines are slow
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.06, top=0.96, hspace=0.35, wspace=0.28)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.06, top=0.96, hspace=0.4, wspace=0.3)
     nonfinite = {}
     for ax, key in zip(axes.flat, keys, strict=False):
         scale, row = DASHBOARD[key], STATS[key]
@@ -398,17 +401,25 @@ def plot_dashboard(histories: dict, colors: dict, *, keys=None, ncols: int = 4, 
             ax.minorticks_off()
         if band is not None:
             ylim = ax.get_ylim()
-            ax.axhspan(max(band[0], -1e300), min(band[1], 1e300), color="#2ca02c", alpha=0.12, lw=0)
+            lo, hi = max(band[0], min(ylim)), min(band[1], max(ylim))  # the part in view: no corner off the axes
+            if lo < hi:
+                ax.axhspan(lo, hi, color="#2ca02c", alpha=0.12, lw=0)
             ax.set_ylim(ylim)
-        ax.set_title(key, fontsize=9)
-        ax.tick_params(labelsize=7)
-    for ax in axes.flat[len(keys):]:
+        ax.set_title(key, fontsize=10)
+        ax.tick_params(labelsize=8)
+    spare = axes.flat[len(keys):]
+    for ax in spare:
         ax.set_visible(False)
     for ax in axes.flat[max(0, len(keys) - ncols):len(keys)]:
-        ax.set_xlabel("iteration", fontsize=8)
+        ax.set_xlabel("iteration", fontsize=9)
     handles, _ = axes.flat[0].get_legend_handles_labels()
     band_patch = Patch(color="#2ca02c", alpha=0.12, label="range the check accepts")
-    axes.flat[0].legend(handles=[*handles, band_patch], fontsize=8)
+    if len(spare):  # in the empty panels' place, clear of every line
+        box = Bbox.union([ax.get_position() for ax in spare])
+        fig.legend(handles=[*handles, band_patch], fontsize=10, loc="center", bbox_to_anchor=box.bounds)
+    else:  # no empty panel: below the grid
+        fig.legend(handles=[*handles, band_patch], fontsize=10, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncols=len(handles) + 1)
     return fig, nonfinite
 
 
@@ -424,26 +435,29 @@ def failure_matrix(monitor: HealthMonitor, upto: int | None = None):
     return names, matrix
 
 
-def failure_map(ax, monitor: HealthMonitor, *, color: str, show_names: bool = True):
+def failure_map(ax, monitor: HealthMonitor, *, color: str, show_names: bool = True, animated: bool = True):
     """Draw the map of failed checks (rows) by iteration (columns) once; -> update(upto), which redraws it
     in place for iterations 0..upto (a frame marks `upto`) and returns the checks failing at `upto`.
 
     What update() changes (the map, the row separators on top of it, the frame, the count above the axes)
-    is animated=True, so a live_plot redraw blits it over the unchanged ticks and labels."""
+    is animated=True, so a live_plot redraw blits it over the unchanged ticks and labels; animated=False for a
+    static figure (a plain draw skips animated artists)."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Rectangle
 
     names, matrix = failure_matrix(monitor)
     n = matrix.shape[1]
     cmap = ListedColormap(["#e8f3e8", color]).with_extremes(bad="white")  # opaque "not yet": covers old frames
-    image = ax.imshow(matrix, aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest", animated=True)
-    ax.hlines([i + 0.5 for i in range(len(names) - 1)], -0.5, n - 0.5, color="white", lw=1, animated=True)
-    frame = ax.add_patch(Rectangle((-0.5, -0.5), 1, len(names), fill=False, lw=1.5, animated=True))
-    count = ax.text(1.0, 1.01, "", transform=ax.transAxes, ha="right", va="bottom", fontsize=8, animated=True)
+    image = ax.imshow(matrix, aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest", animated=animated)
+    rows = [i + 0.5 for i in range(len(names) - 1)]  # one line with breaks: its vertices are the separators' ends
+    ax.plot([x for _ in rows for x in (-0.5, n - 0.5, math.nan)], [y for y in rows for _ in range(3)],
+            color="white", lw=1, animated=animated)
+    frame = ax.add_patch(Rectangle((-0.5, -0.5), 1, len(names), fill=False, lw=1.5, animated=animated))
+    count = ax.text(1.0, 1.01, "", transform=ax.transAxes, ha="right", va="bottom", fontsize=8, animated=animated)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.tick_params(axis="y", labelleft=show_names)
     ax.set_xticks(range(0, n, 5))
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel(f"iteration  (preflight: {len(monitor.preflight_failures)} probes fail)", fontsize=8)
 
     def update(upto: int) -> list[str]:

@@ -68,6 +68,30 @@ logging.getLogger("grpo").setLevel(logging.ERROR)  # hybrids log their own healt
 RUN = dict(steps=20, prompts_per_batch=6)  # the two twins: B = 6 prompts x G = 8 samples (why 6: notebook 03 §6)
 SHORT = dict(steps=6, prompts_per_batch=6)  # each single-bug hybrid
 
+# %%
+mon_buggy, mon_fixed = HealthMonitor(), HealthMonitor()  # one monitor per twin: preflight, then every iteration
+with progress("watching both twins", total=2) as step:
+    step("grpo_buggy")
+    hist_buggy = mon_buggy.watch(grpo_buggy, **RUN)
+    step("grpo_fixed")
+    hist_fixed = mon_fixed.watch(grpo_fixed, **RUN)
+LAST = len(hist_buggy) - 1
+fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(11.0, 3.8), sharey=False)
+failure_map(ax_b, mon_buggy, color=BUGGY, animated=False)(LAST)  # static: the whole run at once
+failure_map(ax_f, mon_fixed, color=FIXED, show_names=False, animated=False)(LAST)
+plt.show()
+for name, mon in (("grpo_buggy", mon_buggy), ("grpo_fixed", mon_fixed)):
+    print(f"{name}: {len(mon.preflight_failures)} preflight probes fail; checks failing at iteration 0: "
+          f"{len(mon.failures[0])}, at every iteration: {len(set.intersection(*map(set, mon.failures)))}")
+assert len(mon_buggy.preflight_failures) == 12 and len(mon_buggy.failures[0]) == 8
+assert len(set.intersection(*map(set, mon_buggy.failures))) == 7 and mon_fixed.quiet  # from iteration 0 on; never
+
+# %% [markdown]
+# **At a glance.** One monitor on each twin (rows: checks; columns: iterations; a coloured cell is a failure): the
+# buggy twin fails 12 preflight probes, then 8 checks at iteration 0, 7 of them at every iteration; the fixed twin
+# fails none. What each check asserts: notebook 03 §1; which bug each one catches: notebook 03 §6; the run
+# iteration by iteration: the slider near the end.
+
 # %% [markdown]
 # ## 1. The invariants behind the checks
 #
@@ -271,12 +295,10 @@ assert sorted(pre_buggy.preflight_failures) == sorted(p for p in PROBE_INFO if p
 #
 # ## 5. The buggy twin under the monitor
 #
-# `watch` = preflight, then `train(on_iteration=monitor)`. `grpo_buggy.train` has no checks of its own:
-# everything below comes from the monitor.
+# `watch` = preflight, then `train(on_iteration=monitor)`; `mon_buggy` watched the buggy twin in the cell at the
+# top. `grpo_buggy.train` has no checks of its own: everything below comes from the monitor.
 
 # %%
-mon_buggy = HealthMonitor()
-hist_buggy = mon_buggy.watch(grpo_buggy, **RUN)
 print(mon_buggy.report())
 first_buggy = mon_buggy.first_iteration_failure()
 assert first_buggy[0] == 0 and len(first_buggy[1]) == 8 and len(mon_buggy.preflight_failures) == 12
@@ -551,12 +573,11 @@ assert torch.equal(by_side["right"][0], by_side["left"][0])  # the longest promp
 #
 # ## 7. The fixed twin stays quiet
 #
-# Same run length and batch as the buggy twin. `grpo_fixed.train` also runs `check_health` itself and
-# stores the result in `stats["health"]`; the monitor agrees with it and adds its three range checks.
+# Same run length and batch as the buggy twin (`mon_fixed`, watched in the cell at the top). `grpo_fixed.train`
+# also runs `check_health` itself and stores the result in `stats["health"]`; the monitor agrees with it and adds
+# its three range checks.
 
 # %%
-mon_fixed = HealthMonitor()
-hist_fixed = mon_fixed.watch(grpo_fixed, **RUN)
 print(mon_fixed.report())
 print("grpo_fixed's own check_health failures:", sum(len(s["health"]) for s in hist_fixed))
 final_buggy, final_fixed = (tail_mean([s["reward"] for s in h], 5) for h in (hist_buggy, hist_fixed))
@@ -790,7 +811,6 @@ assert 0 < hist_fixed[-1]["kl"] < 0.5 and hist_fixed[-1]["reward"] > 0.4
 # above, so a redraw only updates two images and a frame (one persistent figure, `live_plot`).
 
 # %%
-LAST = len(hist_buggy) - 1
 fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(11.0, 3.8), sharey=False)
 draw_buggy = failure_map(ax_b, mon_buggy, color=BUGGY)
 draw_fixed = failure_map(ax_f, mon_fixed, color=FIXED, show_names=False)

@@ -65,6 +65,34 @@ SHORT = dict(steps=20, prompts_per_batch=8)  # every training run here: 20 itera
 G = grpo_fixed.make_config().group_size
 POS, NEG = "tab:green", "tab:purple"  # A > 0, A < 0
 
+# %%
+rho_grid = [0.25 + 0.025 * i for i in range(111)]  # ratio 0.25 .. 3.0
+fig, axes = buggy_vs_fixed("one token's gradient dJ/dlog pi against its ratio (clip 0.2, |A| = 1.5; grey: the window)",
+                           figsize=(9.0, 3.0))
+glance_zeros = {}
+for ax, (name, twin) in zip(axes, TWINS.items(), strict=True):
+    _, dJ = nb04_stabilisers.surrogate_grid(twin.grpo_loss, rho_grid, [1.5, -1.5], clip=0.2)  # (2, R)
+    ax.axvspan(0.8, 1.2, color="0.92")
+    ax.axhline(0, color="0.6", lw=0.8)
+    for row, (label, color) in enumerate((("A > 0", POS), ("A < 0", NEG))):
+        ax.plot(rho_grid, dJ[row].tolist(), color=color, label=label)
+        glance_zeros[name, label] = nb04_stabilisers.zero_grad_interval(rho_grid, dJ[row].tolist())
+    ax.set_xlabel("ratio rho")
+axes[0].set_ylabel("dJ / dlog pi")
+fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize="small")
+plt.show()
+for (name, label), zeros in glance_zeros.items():
+    where = "at no ratio" if zeros is None else f"for rho in [{zeros[0]:.3f}, {zeros[1]:.3f}]"
+    print(f"{name} {label}: gradient zero {where} (grid step 0.025)")
+assert 1.2 < glance_zeros["fixed", "A > 0"][0] < 1.25 and glance_zeros["fixed", "A < 0"][1] < 0.8  # beyond the window
+assert glance_zeros["buggy", "A > 0"][0] < 1.0 < glance_zeros["buggy", "A > 0"][1]  # B4: zero at rho = 1 already
+assert glance_zeros["buggy", "A < 0"] is None
+
+# %% [markdown]
+# **At a glance.** The gradient each twin's `grpo_loss` gives one token, against its ratio: in the fixed twin it is
+# zero only beyond the clip window on the side the advantage pushes (A > 0 above 1.2, A < 0 below 0.8); B4 in the
+# buggy twin zeroes the A > 0 token already at ρ = 1 and never clips the A < 0 one. Why: notebook 04 §1.
+
 
 # %% [markdown]
 # ## 1. Clipping
@@ -1145,21 +1173,23 @@ assert [f"{v:.3f}" for v in (reward["none (B11)"], min(cap_rewards), max(cap_rew
 # chosen cap (right: grey pre-clip, blue applied, dotted c, dots the steps of glitch batches).
 
 # %%
-fig_gc, (ax_gb, ax_gf) = buggy_vs_fixed(figsize=(9.0, 3.2))
+fig_gc, (ax_gb, ax_gf) = buggy_vs_fixed(figsize=(9.0, 3.4))
 fig_gc.suptitle("gradient norm per inner step (log scale)")
 unclipped = nb04_stabilisers.step_norms(clip_runs["none (B11)"])
 ax_gb.set_title("hybrid('B11'): no clipping", color=BUGGY)
-ax_gb.plot(unclipped, color=BUGGY, lw=1, label="pre-clip = applied")
+ax_gb.plot(unclipped, color=BUGGY, lw=1, label="B11: pre-clip = applied")
 (pre_line,) = ax_gf.plot(unclipped, color="0.7", lw=1, label="pre-clip")
 (applied_line,) = ax_gf.plot(unclipped, color=FIXED, lw=1.5, label="applied")
 (glitch_marks,) = ax_gf.plot([], [], ".", color=BUGGY, ms=4, label="glitch batch")
-cap_line = ax_gf.axhline(1.0, color=FIXED, ls=":")
+cap_line = ax_gf.axhline(1.0, color=FIXED, ls=":", label="cap c")
 title_gc = ax_gf.set_title(" ", color=FIXED)
 all_norms = [n for run in clip_runs.values() for n in nb04_stabilisers.step_norms(run)]
+lowest = min(all_norms + [c for c in CAPS.values() if math.isfinite(c)])  # an applied norm is at least min(n, c)
 for ax in (ax_gb, ax_gf):
-    ax.set(yscale="log", xlabel="inner step", ylim=(0.5 * min(all_norms), 2 * max(all_norms)))
-    ax.legend(fontsize="small", loc="upper right")
-animated(pre_line, applied_line, glitch_marks, cap_line, title_gc, ax_gf.get_legend())
+    ax.set(yscale="log", xlabel="inner step", ylim=(0.5 * lowest, 2 * max(all_norms)))
+fig_gc.legend(handles=[*ax_gb.get_lines(), pre_line, applied_line, glitch_marks, cap_line], loc="outside lower center",
+              ncols=5, fontsize="small")  # below the panels: clear of the data at every cap
+animated(pre_line, applied_line, glitch_marks, cap_line, title_gc)
 
 
 def update_grad_clip(cap):

@@ -33,6 +33,7 @@ from matplotlib.collections import Collection
 from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
+from matplotlib.transforms import IdentityTransform
 
 FONT_FLOOR_PX = 10.0
 """smallest text height (the font size in pixels) a reader is asked to read"""
@@ -85,10 +86,16 @@ def _data_points(ax) -> np.ndarray:
             if xy.size:
                 points.append(line.get_transform().transform(xy))
     for coll in ax.collections:
-        if coll.get_visible() and isinstance(coll, Collection) and coll.get_clip_on():
-            offsets = np.asarray(coll.get_offsets(), dtype=float)
-            if offsets.size:
-                points.append(coll.get_offset_transform().transform(offsets))
+        if not (coll.get_visible() and isinstance(coll, Collection) and coll.get_clip_on()):
+            continue
+        if isinstance(coll.get_offset_transform(), IdentityTransform):  # no offsets (fill_between, hlines):
+            for path in coll.get_paths():                                # the data is in the paths
+                if len(path.vertices):
+                    points.append(coll.get_transform().transform(np.asarray(path.vertices, dtype=float)))
+            continue
+        offsets = np.asarray(coll.get_offsets(), dtype=float)  # scatter: one marker per offset
+        if offsets.size:
+            points.append(coll.get_offset_transform().transform(offsets))
     for patch in ax.patches:
         if (patch.get_visible() and isinstance(patch, Rectangle) and patch.get_clip_on()
                 and patch.get_width() and patch.get_height()):  # an empty histogram bin draws nothing

@@ -35,6 +35,16 @@ def test_a_clean_figure_has_no_problem():
     assert figure_check.problems(fig) == []
 
 
+def test_fill_between_and_hlines_are_checked_by_their_paths():
+    fig, ax = clean_figure()
+    ax.fill_between([0.1, 0.9], [0.0, 0.0], [0.5, 0.5], alpha=0.2)
+    ax.hlines([0.2], 0.1, 0.9)
+    ax.scatter([0.5], [0.3])
+    assert figure_check.problems(fig) == []  # no phantom point at the figure's corner
+    ax.fill_between([0.1, 0.9], [0.0, 0.0], [3.0, 3.0], alpha=0.2)  # above the y limit 1.6
+    assert any("data point(s) outside the axes" in p for p in figure_check.problems(fig))
+
+
 def test_small_text_is_reported_with_its_size_in_pixels():
     fig, ax = clean_figure()
     ax.set_xlabel("x", fontsize=6)

@@ -31,9 +31,10 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn as nn
-from matplotlib.collections import LineCollection
+from matplotlib.lines import Line2D
 
 import grpo_fixed
 from tinylm import CausalLMOutput, CharTokenizer, TinyLM, TinyLMConfig
@@ -411,26 +412,50 @@ def baseline_experiment(probs, rewards, Gs, baselines, *, no_reset=None, B=16, r
 # Figures
 
 
+class Bars(Line2D):
+    """Vertical bars drawn as one line broken by NaNs, set and read like a LineCollection's segments
+    (set_segments, get_segments): the bar ends are the line's vertices, data points the axes must hold."""
+
+    def __init__(self, **kwargs):
+        super().__init__([], [], **kwargs)
+        self._segments = []
+
+    def set_segments(self, segments):
+        self._segments = [np.asarray(segment, dtype=float) for segment in segments]  # each (2, 2): bottom, top
+        gap = np.full((1, 2), np.nan)
+        xy = np.concatenate([np.vstack([segment, gap]) for segment in self._segments]) if self._segments else gap
+        self.set_data(xy[:, 0], xy[:, 1])
+
+    def get_segments(self):
+        return self._segments
+
+
 class PerPromptFigure:
     """Two axes, B9's baseline (left) and the group mean (right): per prompt, the baseline's mean +- one std
     over the sampled batches against the exact V(x) (the diagonal is b = V(x)); the critic's V_phi(s_0) as
     crosses on the right. update(...) moves the points, bars and labels in place; they are animated artists, so
-    live_plot redraws only them over the cached rest of the figure."""
+    live_plot redraws only them over the cached rest of the figure. fit: the error_stats every update may show
+    (the y axis holds each one's mean +- std)."""
 
-    def __init__(self, value, critic_value, *, B, figsize=(8.0, 3.4)):
+    def __init__(self, value, critic_value, *, B, fit=(), figsize=(8.0, 3.4)):
         self.value = value.double()  # (n,)
         self.fig, (ax_b, ax_f) = plots.buggy_vs_fixed(f"baseline per prompt vs exact V(x); B = {B}", figsize=figsize)
         ax_b.set_title("B9: mean of a row of view(G, B)", color=plots.BUGGY)
         ax_f.set_title("fixed: group mean", color=plots.FIXED)
         lo = max(0.0, float(value.min()) - 0.1)
+        ends = [float(critic_value.min()), float(critic_value.max())]
+        for stats in fit:
+            ends += [float((stats["mean_b"] - stats["std_b"]).min()), float((stats["mean_b"] + stats["std_b"]).max())]
+        pad = 0.02 * (1 - lo)
+        y_lim = (min([lo, *ends]) - pad, max([1.0, *ends]) + pad)
         self.axes = {}
         for ax, color in ((ax_b, plots.BUGGY), (ax_f, plots.FIXED)):
-            ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, zorder=0)
+            ax.plot([lo, 1], [lo, 1], color="#999999", lw=0.8, zorder=0)
             (points,) = ax.plot(value, value, "o", ms=3, color=color, label="mean of b +- std", animated=True)
-            bars = ax.add_collection(LineCollection([], colors=color, linewidths=0.8, animated=True))
+            bars = ax.add_line(Bars(color=color, lw=0.8, animated=True))
             label = ax.text(0.98, 0.03, "", ha="right", transform=ax.transAxes, fontsize="small", animated=True)
             ax.set_xlim(lo, 1)
-            ax.set_ylim(lo, 1)
+            ax.set_ylim(*y_lim)
             ax.set_xlabel("exact value V(x) of the prompt")
             self.axes[ax] = (points, bars, label)
         ax_f.plot(value, critic_value, "x", color=plots.REFERENCE, ms=4, label="critic V_phi(s_0)")

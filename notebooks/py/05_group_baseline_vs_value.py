@@ -60,6 +60,35 @@ print(f"AdditionTask: vocab {tokenizer.vocab_size}, prompts 'a+b=' of {lengths[0
       f"max completion {task.max_completion_length} tokens (EOS included), checkpoint {task.checkpoint.name}")
 
 # %% [markdown]
+# **At a glance.** Four prompts × two graded rewards (the tick labels) through the twins' `batch_advantages`: the
+# fixed twin centres each prompt's pair against its own mean, while B9 centres each row of `view(G, B)`, which
+# spans two prompts, so samples 1, 2 and 7 change sign and prompt 2's tied pair gets advantages; §3 explains why
+# and measures B9's baseline against the exact $V(x)$.
+
+# %%
+glance_rewards = torch.tensor([1.0, 2 / 3, 1 / 3, 0.0, 1.0, 1.0, 1 / 3, 2 / 3])  # (B*G,) prompt-major, B = 4, G = 2
+glance = {"buggy": B9.batch_advantages(glance_rewards, 2), "fixed": grpo_fixed.batch_advantages(glance_rewards, 2)}
+fig, axes = plots.buggy_vs_fixed("the same rewards, advantages per sample", figsize=(9, 3.0))
+edges = {"buggy": (3.5,), "fixed": (1.5, 3.5, 5.5)}  # B9's rows of view(G, B); the fixed twin's prompt groups
+for ax, (name, adv) in zip(axes, glance.items(), strict=True):
+    ax.bar(range(8), adv.tolist(), color=plots.BUGGY if name == "buggy" else plots.FIXED)
+    for x in edges[name]:
+        ax.axvline(x, color="0.6", ls=":", lw=1)
+    ax.axhline(0.0, color="0.3", lw=0.8)
+    ax.set_xticks(range(8), [f"{r:.2f}" for r in glance_rewards.tolist()])
+    ax.set_xlabel("reward of each sample: B9's rows" if name == "buggy" else "reward of each sample: prompt groups")
+axes[0].set_title("B9: grpo_buggy's batch_advantages", color=plots.BUGGY)
+axes[1].set_title("grpo_fixed's batch_advantages", color=plots.FIXED)
+axes[0].set_ylabel("advantage")
+top = 1.15 * max(adv.abs().max().item() for adv in glance.values())
+axes[0].set_ylim(-top, top)  # shared by both panels
+plt.show()
+flipped = ((glance["buggy"].sign() != glance["fixed"].sign()) & (glance["fixed"] != 0)).nonzero().flatten().tolist()
+print(f"samples whose sign B9 flips: {flipped}; prompt 2's tied pair: fixed "
+      f"{[f'{a:+.2f}' for a in glance['fixed'][4:6]]}, B9 {[f'{a:+.2f}' for a in glance['buggy'][4:6]]}")
+assert flipped == [1, 2, 7] and (glance["fixed"][4:6] == 0).all() and (glance["buggy"][4:6] != 0).all()
+
+# %% [markdown]
 # ## 1. The group mean is a Monte-Carlo estimate of $V(x)$
 #
 # **Question.** What does the group mean estimate, and is the resulting advantage unbiased?
@@ -547,7 +576,8 @@ assert all(abs(x - q) < 6e-4 if name == "corr" else abs(x - q) < 6e-5 for name, 
 # against the exact $V(x)$. On the diagonal the baseline estimates the prompt's own value.
 
 # %%
-per_prompt = nb05_critic.PerPromptFigure(value, critic_value, B=16)
+per_prompt = nb05_critic.PerPromptFigure(value, critic_value, B=16,
+                                         fit=[errors[G][n] for G in Gs for n in ("B9 wrong axis", "group mean")])
 
 
 def update_baselines(G):
@@ -617,6 +647,9 @@ fig, (ax_r, ax_z) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
 colors = {"group": plots.FIXED, "critic": plots.REFERENCE, "none": "#8c564b"}
 plots.curves(ax_r, runs, "reward", colors=colors)
 plots.curves(ax_z, {"group": runs["group"]}, "zero_var_groups", colors=colors)
+for ax in (ax_r, ax_z):
+    ax.get_legend().remove()  # one legend for both panels, outside them: the curves fill the axes
+fig.legend(*ax_r.get_legend_handles_labels(), loc="outside right upper", fontsize="small")
 plt.show()
 for name, h in runs.items():
     print(f"{name:6s}: reward at iteration 10 {h[10]['reward']:.3f}, 20 {h[20]['reward']:.3f}, "

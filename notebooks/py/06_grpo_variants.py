@@ -55,7 +55,7 @@ from IPython.display import display
 
 import grpo_fixed
 import workbook  # noqa: F401  (one torch thread)
-from workbook import nb06_variants
+from workbook import catalog, nb06_variants, plots
 from workbook.plots import curves, smooth
 from workbook.run_summary import tail_mean
 from workbook.tasks import EchoTask, RambleTask, ReverseTask
@@ -66,6 +66,55 @@ TAIL = 10  # statistics of a run: mean over its last 10 iterations
 COLORS = {"token mean": "tab:blue", "sequence mean": "tab:red", "constant": "tab:green"}
 print(f"every training run: {SHORT['steps']} iterations of {SHORT['prompts_per_batch']} prompts x "
       f"{grpo_fixed.Config.group_size} samples, seed 0; (tail) = mean over the last {TAIL} iterations")
+
+# %% [markdown]
+# **At a glance.** How hard the twins' `grpo_loss` pushes one token at ratio ρ = π/π_old, for three advantages:
+# the fixed twin stops pushing at ρ = 1 + ε = 1.2 when A > 0 and at 1 − ε = 0.8 when A < 0, whatever the size of A,
+# while bug B4 (clamping ρ·A instead of ρ, notebook 01 §5) moves the edge to 1.2/A, so a token with A = +2 gets no
+# push even at ρ = 1, the first inner step, and A < 0 is never clipped; where the upper edge sits is the switch of
+# §3 (clip-higher), and §4 clips one ratio per completion instead.
+
+# %%
+B4 = catalog.hybrid("B4")
+RHO = torch.linspace(0.4, 1.6, 121, dtype=torch.float64)  # (N,) one token per ratio, step 0.01
+CLIP_ADVANTAGES = (2.0, 1.0, -1.0)
+
+
+def token_push(module, advantage):
+    """-d loss / d log pi of each token of RHO under module.grpo_loss (clip 0.2), all with the same advantage:
+    how hard the surrogate pushes that token up (< 0: down). The loss averages N tokens, hence the factor N."""
+    logp = RHO.log().reshape(-1, 1).requires_grad_(True)  # (N, 1)
+    advantages, mask = torch.full((len(RHO),), advantage, dtype=torch.float64), torch.ones_like(logp, dtype=torch.bool)
+    module.grpo_loss(logp, torch.zeros_like(logp), advantages, mask).backward()
+    return -logp.grad.squeeze(1) * len(RHO)  # (N,)
+
+
+push = {(name, a): token_push(module, a) for name, module in (("buggy", B4), ("fixed", grpo_fixed))
+        for a in CLIP_ADVANTAGES}
+fig, axes = plots.buggy_vs_fixed("the push on one token, by its ratio rho = pi / pi_old (clip 0.2)", figsize=(9, 3.2))
+axes[0].set_title("B4: grpo_buggy's grpo_loss", color=plots.BUGGY)
+axes[1].set_title("grpo_fixed's grpo_loss", color=plots.FIXED)
+for ax, name in zip(axes, ("buggy", "fixed"), strict=True):
+    for a, color in zip(CLIP_ADVANTAGES, ("tab:purple", "tab:blue", "tab:orange"), strict=True):
+        ax.plot(RHO, push[name, a], color=color, label=f"A = {a:+g}")
+    for edge in (0.8, 1.2):
+        ax.axvline(edge, color="0.6", ls=":", lw=1)
+    ax.axhline(0.0, color="0.3", lw=0.8)
+    ax.set(xlabel="ratio rho of the token", xlim=(RHO[0].item(), RHO[-1].item()))
+axes[0].set(ylabel="push: -d loss / d log pi", ylim=(-1.8, 2.7))
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="small")
+plt.show()
+at_one = RHO.sub(1).abs().argmin()  # rho = 1: the first inner step
+first_off = {a: RHO[push["buggy", a] == 0].min().item() for a in (2.0, 1.0)}  # where B4 stops pushing A > 0
+print(f"at rho = 1, A = +2: buggy push {push['buggy', 2.0][at_one] + 0.0:.2f}, fixed {push['fixed', 2.0][at_one]:.2f}; "
+      f"B4 stops pushing A = +2 at rho = {first_off[2.0]:.1f}, A = +1 at {first_off[1.0]:.1f}; tokens of A = -1 "
+      f"without a push: buggy {int((push['buggy', -1.0] == 0).sum())}, fixed {int((push['fixed', -1.0] == 0).sum())} "
+      f"(rho below {RHO[push['fixed', -1.0] != 0].min().item():.1f})")
+assert push["buggy", 2.0][at_one] == 0 and abs(push["fixed", 2.0][at_one] - 2) < 1e-9
+assert abs(first_off[2.0] - 0.6) < 0.011 and abs(first_off[1.0] - 1.2) < 0.011  # 1.2 / A
+assert (push["buggy", -1.0] != 0).all() and (push["fixed", -1.0][RHO < 0.8 - 1e-9] == 0).all()
+assert all(torch.equal(push["fixed", a][RHO > 1.2 + 1e-9], torch.zeros_like(RHO[RHO > 1.2 + 1e-9]))
+           for a in (2.0, 1.0))  # the fixed edge does not move with A
 
 # %% [markdown]
 # ## 1. Loss aggregation
@@ -304,6 +353,9 @@ curves(axes[1], agg_runs, lambda run: run.sample_mean("length", lambda s: s["rew
        window=5, colors=COLORS, ylabel="mean length, wrong answers")
 curves(axes[2], agg_runs, lambda run: run.sample_mean("length", lambda s: s["reward"] == 1),
        window=5, colors=COLORS, ylabel="mean length, right answers")
+for ax in axes:
+    ax.get_legend().remove()  # one legend for the three panels, outside them: the curves fill the axes
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="small")
 fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 

@@ -49,7 +49,7 @@ from IPython.display import display
 import grpo_fixed
 import grpo_support
 import workbook  # noqa: F401  (one torch thread)
-from workbook import nb07_off_policy
+from workbook import catalog, nb07_off_policy, plots
 from workbook.plots import curves
 from workbook.run_summary import final_reward, tail_mean
 from workbook.widgets import choice, live_plot, probe, slider
@@ -61,6 +61,48 @@ CAP = 2.0  # truncation C of the weights: verl 0.9.1's default rollout_is_thresh
 print(f"every training run: the SFT model on AdditionTask, {nb07_off_policy.SHORT['steps']} iterations of "
       f"{nb07_off_policy.SHORT['prompts_per_batch']} prompts x "
       f"{grpo_fixed.Config.group_size} samples; truncation C = {CAP}")
+
+# %% [markdown]
+# **At a glance.** One rollout batch of the SFT model, and for every sampled token how far the trainer's log-prob
+# is from the sampler's: with bug B10 (training log-probs without the temperature, notebook 01 §11) up to 1.7
+# nats, in the fixed twin up to 1.5e-06 with a float32 sampler and 0.021 with a bfloat16 one, while the ratio at
+# the first inner step is exactly 1 in all three; §1 explains the bfloat16 gap and measures the bias it puts into
+# the gradient.
+
+# %%
+B10 = catalog.hybrid("B10")
+sft = grpo_fixed.TinyLM.from_pretrained(task.checkpoint).eval()  # the SFT model every run starts from
+glance = {"B10, float32 sampler": B10.rollout(sft, sft, tokenizer, task, B10.make_config(prompts_per_batch=16),
+                                              torch.Generator().manual_seed(0))[0],
+          **{f"{name} sampler": nb07_off_policy.sampler_batch(sft, name, prompts_per_batch=16)[0]
+             for name in ("float32", "bfloat16")}}  # 16 prompts x 8 samples each
+gaps = {label: nb07_off_policy.log_weights(batch).abs() for label, batch in glance.items()}  # (n_tokens,) |log w|
+thresholds = torch.logspace(-8, 1, 181, dtype=torch.float64)  # (K,) nats
+fig, axes = plots.buggy_vs_fixed("sampled tokens whose trainer and sampler log-probs differ by more than t",
+                                 figsize=(9, 3.2))
+axes[0].set_title("B10: grpo_buggy's policy_logprobs", color=plots.BUGGY)
+axes[1].set_title("grpo_fixed's policy_logprobs", color=plots.FIXED)
+colors = {"B10, float32 sampler": plots.BUGGY, "float32 sampler": plots.FIXED, "bfloat16 sampler": "tab:orange"}
+for label, gap in gaps.items():
+    share = (gap.double()[None, :] > thresholds[:, None]).double().mean(1)  # (K,) share of tokens above t
+    axes[0 if label.startswith("B10") else 1].plot(thresholds, share, color=colors[label], label=label)
+for ax in axes:
+    ax.axvline(grpo_support.STATS["logprob_gap"].hi, color="0.5", ls="--", lw=1, label="logprob_gap bound")
+    ax.set(xscale="log", xlabel="t: |log pi_trainer - log pi_sampler| (nats)", xlim=(1e-8, 10), ylim=(-0.03, 1.03))
+axes[0].set_ylabel("share of sampled tokens")
+handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]][:-1]  # the bound once
+fig.legend(handles, [h.get_label() for h in handles], loc="outside lower center", ncol=4, fontsize="small")
+plt.show()
+first_step_gap = {}  # max |rho - 1| at the first inner step: the trainer re-scores its own cached old log-probs
+for label, batch in glance.items():
+    module = B10 if label.startswith("B10") else grpo_fixed
+    logp = module.policy_logprobs(sft, batch["prompt_ids"], batch["prompt_mask"], batch["completions"], batch["mask"],
+                                  grpo_fixed.Config.temperature)  # (N, T)
+    first_step_gap[label] = (logp - batch["old_logprobs"])[batch["mask"]].exp().sub(1).abs().max().item()
+    print(f"{label:21s}: largest gap {gaps[label].max().item():.2g} nats, median {gaps[label].median().item():.2g}; "
+          f"max |rho - 1| at the first inner step {first_step_gap[label]:.1f}")
+assert [f"{gaps[label].max().item():.2g}" for label in glance] == ["1.7", "1.5e-06", "0.021"]  # prose
+assert all(value == 0 for value in first_step_gap.values())
 
 # %% [markdown]
 # ## 1. Sampler vs trainer numerics
@@ -234,7 +276,7 @@ fig_bias, (ax_w, ax_g) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrai
 bars_w = ax_w.bar(range(5), [1.0] * 5, color="0.6")
 cap_line = ax_w.axhline(CAP, color="tab:red", ls="--", label="C")
 ax_w.axhline(1.0, color="0.3", lw=0.8)
-ax_w.set(xlabel="token", ylabel="weight p/q", ylim=(0.4, 2.6), title="per-token weight")
+ax_w.set(xlabel="token", ylabel="weight p/q", ylim=(0.4, 3.2), title="per-token weight")  # holds C up to 3
 ax_w.legend(fontsize="small", loc="upper right")
 grad_bars = {name: ax_g.bar([i + 0.27 * (j - 1) for i in range(5)], [0.0] * 5, width=0.27, label=name, color=color)
              for j, (name, color) in enumerate((("policy gradient", "0.3"), ("uncorrected", "tab:orange"),
@@ -869,7 +911,7 @@ for label, run in {**{k: v for k, v in mismatch_runs.items() if k != "float32"},
     points = [(i, 1 - s["ess"]) for i, s in enumerate(run["history"]) if s["ess"] < 1]
     ax_a.plot(*zip(*points, strict=True), label=label)
 ax_a.set(yscale="log", xlabel="iteration", ylabel="1 - ESS", title="1 - ESS: both sources, log scale")
-ax_a.legend(fontsize="small", ncol=2)
+ax_a.legend(fontsize="small", ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22))  # below: the curves fill it
 ax_b.axhspan(nb07_off_policy.STATS["ess"].lo, nb07_off_policy.STATS["ess"].hi, color="0.92",
              label="healthy (nb07_off_policy.STATS)")
 ax_b.set_ylim(0.3, 1.02)

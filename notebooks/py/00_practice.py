@@ -370,8 +370,8 @@ assert all(r["wrong"] == 0 for r in summary)
 # %% [markdown]
 # ## 5. Self-check
 #
-# 1. The sampler draws from raw logits; you add a softmax where `rollout` calls it, and the trainer now samples
-#    right. Why does `make grade` still call that bug remaining?
+# 1. The sampler draws from raw logits; you add a softmax where `generate` calls it, and the round file trains
+#    normally again. Why does `make grade` still call that bug remaining, and what else does it report?
 # 2. Your fix passes every test of its function, but the grader's short run with it ends 0.2 below the fixed
 #    twin's own short run. Does it count?
 # 3. Why can the grader's short run not tell a bug from its fix by the reward alone?
@@ -380,8 +380,10 @@ assert all(r["wrong"] == 0 for r in summary)
 # <details><summary>Answers</summary>
 #
 # 1. Each bug lives in one function and is graded there: the edited function is dropped into the fixed twin and
-#    must pass every spec and catalog test of that function. A softmax in the caller leaves the sampler itself
-#    wrong (notebook 00 §1).
+#    must pass every spec and catalog test of that function. A softmax in the caller leaves `sample_from_logits`
+#    itself wrong, so the bug remains; and the edited `generate`, dropped into the fixed twin, applies the softmax
+#    a second time there and fails its short training run, so the grader also counts it as an edit that broke a
+#    function that worked (notebook 00 §1).
 # 2. No: a fix may end at most 0.15 below the fixed twin's short run (the band), which guards against a fix that
 #    wrecks training (notebook 00 §1).
 # 3. Eight iterations of 80 samples are too few: on seed 0 the fixed twin's reward goes from 0.387 to 0.306 over

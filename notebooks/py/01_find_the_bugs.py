@@ -1651,4 +1651,4 @@ plt.show()
 # in the LM plumbing around these functions (text to tensors and back, and where the reference comes from): the
 # training forward without position ids (B12), the sampler without the attention mask (B13), a completion mask
 # that stops before EOS (B14), prompts tiled instead of repeated (B15), the live policy as the reference (B16),
-# and reward text read past EOS (B17). Same method, same tiny inputs.
+# and reward text read past EOS (B17). Same method, with tiny inputs of its own.

@@ -693,7 +693,7 @@ assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # 
 # %%
 SCALES = {"0.01": 0.01, "1": 1.0, "100": 100.0}
 NORMALISATION = {False: centred_advantage, True: None}  # None: the twin's own group_advantage
-with progress(f"training {2 * len(SCALES)} runs, one per scale with and without normalisation"):
+with progress("training one run per scale, with and without normalisation"):
     scale_runs = {(label, norm): nb04_stabilisers.instrumented_run(advantage_fn=NORMALISATION[norm],
                                                                     reward_scale=s, **SHORT)
                   for label, s in SCALES.items() for norm in (False, True)}

@@ -525,16 +525,17 @@ plt.show()
 # >   with a variance that grows with the length. C trades the remaining bias against variance, and a
 # >   C below the weights that carry the signal undoes the correction.
 #
-# **Catalog note.** *Symptom:* training drifts or collapses only with the fast inference engine, or after
-# changing its precision, while the ratio at the first step is exactly 1. *Statistic:* KL(π_sampler ‖
-# π_trainer) per token (k3 of log w) and max |log w| on the sampled tokens (the twins' `logprob_gap`).
-# *Fix:* correct with truncated importance sampling (TRL 1.16.0 `vllm_importance_sampling_correction` with
-# `vllm_importance_sampling_clip_max`, verl 0.9.1 `algorithm.rollout_correction.rollout_is` with
-# `rollout_is_threshold`), and reduce the mismatch at the source: compute the logits in float32 (TRL 1.16.0's
-# `cast_lm_head_to_fp32`, same `grpo_config.py`: "Whether to cast the language modeling head of the policy and
-# reference models to float32", for models whose head is not tied to the embeddings). In this notebook's
-# sampler, which rounds only the logits, that leaves only float32 rounding (the float32 rows: 2.51e-09 nats per
-# token).
+# **Catalog note.** *Symptom:* training drifts or collapses only with the fast inference engine, or after changing its
+# precision, while the ratio at the first step is exactly 1. *Statistic:* KL(π_sampler ‖ π_trainer) per token (k3 of log
+# w) and max |log w| on the sampled tokens (the twins' `logprob_gap`). *Fix:* correct with importance weights: the
+# token-level truncated weights above are TRL 1.16.0's `vllm_importance_sampling_mode="token_truncate"` with
+# `vllm_importance_sampling_clip_max` (TRL's default mode, `"sequence_mask"`, keeps the raw sequence weight and zeroes
+# it above the bound; the correction runs only with `use_vllm=True`), and verl 0.9.1's
+# `algorithm.rollout_correction.rollout_is` with `rollout_is_threshold`; and reduce the mismatch at the source: compute
+# the logits in float32 (TRL 1.16.0's `cast_lm_head_to_fp32`, same `grpo_config.py`: "Whether to cast the language
+# modeling head of the policy and reference models to float32", for models whose head is not tied to the embeddings). In
+# this notebook's sampler, which rounds only the logits, that leaves only float32 rounding (the float32 rows: 2.51e-09
+# nats per token).
 
 # %% [markdown]
 # ## 2. Stale rollouts
@@ -1006,8 +1007,9 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 # > **You should know.**
 # > - ESS = (Σw)² / (n Σw²) = 1 / (1 + CV²(w)): the fraction of the batch the weighted estimate is worth.
 # >   In expectation 1 / (1 + χ²(π_trainer ‖ π_sampler)); for small mismatches 1 − ESS ≈ 2·KL. Exactly,
-# >   1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), so a large mismatch sits below 2·KL; χ² itself
-# >   falls below 2·KL only when the weights below 1 carry most of the divergence.
+# >   1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), so a large mismatch sits below 2·KL. Per token,
+# >   2(w − 1 − log w) exceeds (w − 1)² exactly when w < 1: χ² falls below 2·KL only if weights below 1 carry
+# >   enough of it.
 # > - Truncating the weights at C raises the ESS and biases the weighted mean downwards; the ESS of the
 # >   truncated weights flatters a batch, so log the ESS of the raw weights (verl 0.9.1's
 # >   `rollout_is_eff_sample_size` is of the truncated weights, its `chi2_token` of the raw ones).
@@ -1061,15 +1063,16 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 #    from 0.0052 to 0.0122. To second order the KL is ½ Var_p(δ) of the logit errors δ, and at s = 8 almost all
 #    of p's mass sits on one token, so δ barely varies under p while the rare tokens' weights are far from 1. Read
 #    the weights and the bias, not only the KL (notebook 07 §1).
-# 3. w_t = min(p(y_t)/q(y_t), C), a constant (no gradient), and L = −mean_t w_t min(ρ_t A, clip(ρ_t, 1 − ε,
-#    1 + ε) A). Uncorrected, the rewarded token, drawn with q = 0.00669 instead of p = 0.00816, gets too little
-#    push (0.821 of the policy gradient's; relative error 0.1788). C = 2 sits above every weight (the largest is
-#    1.2196) and removes the bias (relative error 0.0000). C = 1 caps the weight that carries the signal, the
-#    rewarded token's 1.2196, and gives back the uncorrected update (0.1789). Truncation is harmless only when C
-#    sits above the weights that carry the signal. TRL 1.16.0 `vllm_importance_sampling_correction` (default
-#    `True`) with `vllm_importance_sampling_clip_max` (default 3.0); verl 0.9.1
-#    `algorithm.rollout_correction.rollout_is` (default null: no weights) with `rollout_is_threshold` (default 2.0)
-#    (notebook 07 §1).
+# 3. w_t = min(p(y_t)/q(y_t), C), a constant (no gradient), and L = −mean_t w_t min(ρ_t A, clip(ρ_t, 1 − ε, 1 + ε) A).
+#    Uncorrected, the rewarded token, drawn with q = 0.00669 instead of p = 0.00816, gets too little push (0.821 of the
+#    policy gradient's; relative error 0.1788). C = 2 sits above every weight (the largest is 1.2196) and removes the
+#    bias (relative error 0.0000). C = 1 caps the weight that carries the signal, the rewarded token's 1.2196, and gives
+#    back the uncorrected update (0.1789). Truncation is harmless only when C sits above the weights that carry the
+#    signal. This is TRL 1.16.0's `vllm_importance_sampling_mode="token_truncate"` with
+#    `vllm_importance_sampling_clip_max` (default 3.0); TRL's default mode is `"sequence_mask"`, the raw sequence weight
+#    p(y)/q(y) set to 0 above that bound, and the correction (`vllm_importance_sampling_correction`, default `True`)
+#    runs only with `use_vllm=True`; verl 0.9.1 `algorithm.rollout_correction.rollout_is` (default null: no weights)
+#    with `rollout_is_threshold` (default 2.0) (notebook 07 §1).
 # 4. Uncorrected, the expected update is off by 5.79e-03 of its length with a bfloat16 sampler and 1.09e-01 with
 #    float8. Token-level weights leave 0.67, 0.45 and 0.44 of it (bfloat16, float16, float8); the sequence-level
 #    weight Π_t p(y_t)/q(y_t) = p(y)/q(y), the exact importance weight, removes it up to float rounding (at most
@@ -1090,12 +1093,13 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 #    `algorithm.rollout_correction.bypass_mode: false` (its default) recomputes π_old; its fully async recipe sets
 #    it to true, the behaviour anchor. TRL 1.16.0's experimental async GRPO anchors at the sampled log-probs and
 #    bounds the lag with `AsyncGRPOConfig.max_staleness` (default 4) (notebook 07 §2).
-# 6. ESS = (Σw)²/(n Σw²) = 1/(1 + CV²(w)) ∈ [1/n, 1]: the fraction of the batch the weighted estimate is worth.
-#    Ten weights, one of them 10: 0.3312. With y ∼ q and w = p/q, in expectation ESS → 1/(1 + χ²(p ‖ q)), and for
-#    small mismatches χ² ≈ 2·KL, so 1 − ESS ≈ 2·KL: (1 − ESS)/(2·mismatch_kl) is 1.00 for the bfloat16 sampler
-#    and 0.98 for float8. Exactly, 1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), which saturates as χ² grows:
-#    for stale rollouts the ratio falls to 0.89 (k = 2) and 0.83 (k = 4, current anchor). χ² itself falls below
-#    2·KL only when the weights below 1 carry most of the divergence (notebook 07 §3).
+# 6. ESS = (Σw)²/(n Σw²) = 1/(1 + CV²(w)) ∈ [1/n, 1]: the fraction of the batch the weighted estimate is worth. Ten
+#    weights, one of them 10: 0.3312. With y ∼ q and w = p/q, in expectation ESS → 1/(1 + χ²(p ‖ q)), and for small
+#    mismatches χ² ≈ 2·KL, so 1 − ESS ≈ 2·KL: (1 − ESS)/(2·mismatch_kl) is 1.00 for the bfloat16 sampler and 0.98 for
+#    float8. Exactly, 1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), which saturates as χ² grows: for stale
+#    rollouts the ratio falls to 0.89 (k = 2) and 0.83 (k = 4, current anchor). Per token, 2(w − 1 − log w) exceeds (w −
+#    1)² exactly when w < 1, so χ² below 2·KL needs weights below 1; in the stale runs they hold 0.65 and 0.68 of 2·KL
+#    (notebook 07 §3).
 # 7. Log the ESS of the raw weights π_trainer/π_sampler on the sampled tokens every iteration, read as 1 − ESS on
 #    a log scale, with the mismatch KL (k3 of log w) beside it. Numerics give a flat, tiny 1 − ESS that moves with
 #    the precision: every sampler run's lowest ESS is 0.989 or more, and no iteration falls below the 0.9 bound.

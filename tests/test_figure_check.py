@@ -54,8 +54,8 @@ def test_small_text_is_reported_with_its_size_in_pixels():
 
 def test_a_wide_figure_is_scaled_down_to_the_output_area():
     fig, ax = clean_figure()
-    fig.set_size_inches(14, 3)  # 1400 px shown in 1000: 10 pt = 13.9 px -> 9.9 px
-    assert any("is 9.9 px" in p for p in figure_check.problems(fig))
+    fig.set_size_inches(14, 3)  # 1400 px shown in 960: 10 pt = 13.9 px -> 9.5 px
+    assert any("is 9.5 px" in p for p in figure_check.problems(fig))
 
 
 def test_overlapping_texts_legend_over_data_data_outside_and_a_repr_title():

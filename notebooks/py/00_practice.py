@@ -96,9 +96,10 @@ print(f"grpo_buggy: at most {max(glance['grpo_buggy']):.3f};  grpo_fixed: {fixed
 assert max(glance["grpo_buggy"]) == 0.0 and fixed_range == "0.225 to 0.463"  # as quoted
 
 # %% [markdown]
-# **At a glance.** The hand-out `grpo_buggy.py` (left) scores 0 at every iteration of the grader's short run, and
-# its fixed twin (right) scores 0.225 to 0.463 without rising: §1 explains why eight iterations cannot show
-# learning, and what `make grade` checks instead.
+# **At a glance.** The hand-out `grpo_buggy.py` (left) logs a reward of 0 at every iteration of the grader's short
+# run, the first included, before any update: its sampling and scoring are broken from the start. Its fixed twin
+# (right) scores 0.225 to 0.463 with no upward trend: §1 explains why eight iterations cannot show learning, and what
+# `make grade` checks instead.
 
 # %% [markdown]
 # ## 1. Debug a hand-out
@@ -115,7 +116,8 @@ assert max(glance["grpo_buggy"]) == 0.0 and fixed_range == "0.225 to 0.463"  # a
 # **From this notebook.** The panel below does what those make targets do, with the same code (`interview/cli.py`):
 # *Draw a round* writes `practice/round_N.py` and links to it (the link opens it in JupyterLab's editor);
 # *Grade* and *Hint* act on that round, or on the newest one. To run the round file, open a Terminal
-# (File > New > Terminal; it starts in the repository folder) and type `.venv/bin/python practice/round_N.py`.
+# (File > New > Terminal) and type the command the panel shows after a draw: it starts with `cd` to the repository,
+# because a Terminal may open in another folder.
 # Nothing is written until you press a button: running this notebook leaves `practice/` as it was.
 
 # %% tags=["nbval-ignore-output"]

@@ -86,7 +86,7 @@ assert all(d > snap.cfg.clip for d in glance_dev["fixed"][1:])  # every later st
 #
 # A run of the fixed twin on AdditionTask from its SFT checkpoint (B = 8 prompts × G = 8 samples, default config
 # otherwise) for 20 iterations, then one more rollout batch. That moment (policy weights, Adam state, batch) is the
-# `Snapshot` (`snap`, taken in the cell above the figure); every experiment below restarts from it, so they all
+# `Snapshot` (`snap`, taken in the figure's cell); every experiment below restarts from it, so they all
 # share the same starting point.
 #
 # The batch is what an LM trainer holds: text prompts, tokenized and **left-padded** (`prompt_ids`,

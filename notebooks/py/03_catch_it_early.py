@@ -76,7 +76,7 @@ with progress("watching both twins", total=2) as step:
     step("grpo_fixed")
     hist_fixed = mon_fixed.watch(grpo_fixed, **RUN)
 LAST = len(hist_buggy) - 1
-fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(11.0, 3.8), sharey=False)
+fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(10.6, 3.8), sharey=False)
 failure_map(ax_b, mon_buggy, color=BUGGY, animated=False)(LAST)  # static: the whole run at once
 failure_map(ax_f, mon_fixed, color=FIXED, show_names=False, animated=False)(LAST)
 plt.show()
@@ -811,7 +811,7 @@ assert 0 < hist_fixed[-1]["kl"] < 0.5 and hist_fixed[-1]["reward"] > 0.4
 # above, so a redraw only updates two images and a frame (one persistent figure, `live_plot`).
 
 # %%
-fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(11.0, 3.8), sharey=False)
+fig, (ax_b, ax_f) = buggy_vs_fixed("failed health checks per iteration", figsize=(10.6, 3.8), sharey=False)
 draw_buggy = failure_map(ax_b, mon_buggy, color=BUGGY)
 draw_fixed = failure_map(ax_f, mon_fixed, color=FIXED, show_names=False)
 

@@ -91,7 +91,8 @@ assert glance_zeros["buggy", "A < 0"] is None
 # %% [markdown]
 # **At a glance.** The gradient each twin's `grpo_loss` gives one token, against its ratio: in the fixed twin it is
 # zero only beyond the clip window on the side the advantage pushes (A > 0 above 1.2, A < 0 below 0.8); B4 in the
-# buggy twin zeroes the A > 0 token already at ρ = 1 and never clips the A < 0 one. Why: notebook 04 §1.
+# buggy twin clamps ρ·A instead of ρ, so its A > 0 edge sits at (1 + ε)/A: with A = 1.5 > 1 + ε that is 0.8, and the
+# token gets no gradient already at ρ = 1, while the A < 0 token is never clipped. Why: notebook 04 §1.
 
 
 # %% [markdown]

@@ -61,8 +61,9 @@ print(f"AdditionTask: vocab {tokenizer.vocab_size}, prompts 'a+b=' of {lengths[0
 
 # %% [markdown]
 # **At a glance.** Four prompts × two graded rewards (the tick labels) through the twins' `batch_advantages`: the
-# fixed twin centres each prompt's pair against its own mean, while B9 centres each row of `view(G, B)`, which
-# spans two prompts, so samples 1, 2 and 7 change sign and prompt 2's tied pair gets advantages; §3 explains why
+# fixed twin normalises each prompt's pair against its own mean and std, while B9 normalises each row of
+# `view(G, B)`, which spans two prompts, so samples 1, 2 and 7 (counting from 0) change sign and prompt 2's tied pair
+# gets advantages; §3 explains why
 # and measures B9's baseline against the exact $V(x)$.
 
 # %%

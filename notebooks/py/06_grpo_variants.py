@@ -856,16 +856,17 @@ assert nb06_variants.cached_runs() == cached  # a slider move replays a cached r
 # No entropy collapse to prevent here: the policy starts from the addition SFT checkpoint (entropy 0.937 at the first
 # iteration) and the twin (ε_high = 0.2) ends its 20 iterations at 0.942 (last 10). Raising ε_high does what the tiny
 # input says to the clipping: the share of A > 0 tokens past their run's upper cap falls (0.133, 0.102, 0.073 for ε_high
-# = 0.2, 0.28, 0.4), and the reward rises (0.239, 0.275, 0.306). The entropy *falls* with it (0.800 and 0.724 against
-# 0.942): a wider window allows larger updates per rollout, and over 20 iterations the entropy fell faster; DAPO's
-# entropy argument concerns rare tokens, whose probability a tight upper clip keeps from growing. After the update the
-# rare A > 0 tokens' median ratio is 1.396, 1.309 and 1.489, past each run's own 1 + ε_high, while the likely ones
-# barely move (1.002 to 1.009). The clip stops only a token's own gradient; three things can carry it further, and these
-# runs do not tell them apart: other tokens' gradients through the shared parameters (the second tiny input above), the
-# step that crosses the cap (an Adam step moves every parameter by about lr whatever the gradient's size, so it can
-# overshoot), and Adam's momentum, which keeps moving the parameters for a few steps after the token's gradient stops.
-# One seed: read the directions, not the sizes. These clip fractions (0.073 to 0.133) are shares of the A > 0 tokens:
-# TRL's `clip_ratio/high_mean` divides the same count by all completion tokens, so on these runs it would read lower.
+# = 0.2, 0.28, 0.4), and on this seed the reward rises (0.239, 0.275, 0.306) while the entropy falls (0.800 and 0.724
+# against 0.942). Only the clip fraction's order follows from the mechanism; the reward's and the entropy's are this one
+# seed's, and a claim about them needs several seeds. DAPO's entropy argument concerns rare tokens, whose probability a
+# tight upper clip keeps from growing. After the update the rare A > 0 tokens' median ratio is 1.396, 1.309 and 1.489,
+# past each run's own 1 + ε_high, while the likely ones barely move (1.002 to 1.009). The clip stops only a token's own
+# gradient; three things can carry it further, and these runs do not tell them apart: other tokens' gradients through
+# the shared parameters (the second tiny input above), the step that crosses the cap (an Adam step moves every parameter
+# by about lr whatever the gradient's size, so it can overshoot), and Adam's momentum, which keeps moving the parameters
+# for a few steps after the token's gradient stops. One seed: read the directions, not the sizes. These clip fractions
+# (0.073 to 0.133) are shares of the A > 0 tokens: TRL's `clip_ratio/high_mean` divides the same count by all completion
+# tokens, so on these runs it would read lower.
 #
 # > **You should know.**
 # > - Symptom: entropy falls towards 0 while the reward stalls below its ceiling: the policy has stopped
@@ -1649,9 +1650,10 @@ fig.suptitle("RambleTask, one seed (lines: mean over 5 iterations)")
 plt.show()
 
 # %% [markdown]
-# Masking truncated completions removed the push to stop that a truncated completion's tokens got: the truncated
-# fraction stayed higher, 0.606 over the last 10 iterations against the twin's 0.562, completions stayed longer (6.686
-# tokens against 6.492), and the reward stayed lower (0.070 against 0.117). The soft penalty did the opposite and
+# Masking truncated completions removed the push to stop that a truncated completion's tokens got: on this seed the
+# truncated fraction ended higher, 0.606 over the last 10 iterations against the twin's 0.562, completions ended longer
+# (6.686 tokens against 6.492), and the reward ended lower (0.070 against 0.117; the two curves agree for the first
+# dozen iterations). One seed: the direction of each gap is this run's, not a law. The soft penalty did the opposite and
 # overshot: with C = 4 on T_max = 8 its ramp starts after length 4, and the runs' completions fell to 2.006 tokens on
 # average with almost none truncated (0.003), but the reward fell too (0.041). The penalty (−0.25 to −1 for every
 # completion longer than 4) is a far denser signal than the rare task reward, and the policy learned to stop before it
@@ -1660,8 +1662,8 @@ plt.show()
 # > **You should know.**
 # > - A truncated completion's reward says "did not finish", not "wrong": with a right answer that ran
 # >   over, its negative advantage pushes down the right answer's tokens along with the rambling.
-# > - Masking removes that noise and also the only signal to stop: nothing in the loss penalises length
-# >   any more, so watch the truncated fraction.
+# > - Masking removes that noise and the push-down on truncated completions; only finished completions are
+# >   still pushed, so nothing discourages running to the limit: watch the truncated fraction.
 # > - Symptom: a rising share of completions at the limit; statistic: the truncated fraction per iteration
 # >   (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`); fix: TRL
 # >   `mask_truncated_completions=True` together with a soft
@@ -1730,24 +1732,24 @@ plt.show()
 #    (6.77 tokens over the last 10 iterations, against 6.53 and 6.46), but by only 0.25 and 0.31 tokens, on one
 #    seed: too small to call (notebook 06 §1).
 # 2. The group std divides each sampled group by its own std, which multiplies its advantages (against no scaling) by
-#    1/√(p̂(1−p̂)), p̂ = k/G, so groups with one odd reward weigh most: the hard prompt's success gets A = +2.6458 =
-#    √(G−1) with the twins' population std (TRL and verl divide by G − 1: (G−1)/√G = 2.4749, the same relative weights),
-#    and the prompt weighs 0.6614 of the medium one; with the batch std or no scaling 0.4375 (the batch std divides
-#    every group by the same number, so it keeps the unscaled proportions). The scaling is a choice of which prompts
-#    matter, not only of units. On AdditionTask (one seed, 20 iterations) it moved the share of Σ|A| on extreme groups
-#    (0.116 against 0.073 and 0.074), not the reward (0.419, 0.434, 0.438). TRL 1.16.0 `scale_rewards` (`"group"`, the
-#    default, `"batch"`, `"none"`); verl 0.9.1 `algorithm.norm_adv_by_std_in_grpo` (`True` by default; `False` as in Dr.
-#    GRPO) (notebook 06 §2).
+#    1/√(p̂(1−p̂)), p̂ = k/G, so std scaling up-weights the groups with one odd reward the most relative to no scaling
+#    (though they still weigh less than a medium group): the hard prompt's success gets A = +2.6458 = √(G−1) with the
+#    twins' population std (TRL and verl divide by G − 1: (G−1)/√G = 2.4749, the same relative weights), and the prompt
+#    weighs 0.6614 of the medium one; with the batch std or no scaling 0.4375 (the batch std divides every group by the
+#    same number, so it keeps the unscaled proportions). The scaling is a choice of which prompts matter, not only of
+#    units. On AdditionTask (one seed, 20 iterations) it moved the share of Σ|A| on extreme groups (0.116 against 0.073
+#    and 0.074), not the reward (0.419, 0.434, 0.438). TRL 1.16.0 `scale_rewards` (`"group"`, the default, `"batch"`,
+#    `"none"`); verl 0.9.1 `algorithm.norm_adv_by_std_in_grpo` (`True` by default; `False` as in Dr. GRPO)
+#    (notebook 06 §2).
 # 3. For A > 0 the token's own gradient is zero once ρ > 1 + ε_high, so within one rollout it pushes its probability to
 #    about (1 + ε_high)·π_old and no further: an absolute gain of ε_high·π_old. At ε_high = 0.2 the token with π_old =
 #    0.70 gains 0.1403, the one with π_old = 0.01 only 0.0022, 64 times less. A larger ε_high (TRL `epsilon_high`, verl
 #    `clip_ratio_high`, DAPO's 0.28; keep the lower clip at 0.2) lets rare tokens climb faster. The clip caps the
 #    incentive, not the probability: with a bias shared by two contexts, the rare token passed 1.2 at step 10 and its
 #    own gradient was exactly 0 from then on, yet its ratio ended at 1.8586, carried by the other context's gradient. On
-#    ReverseTask a wider upper clip clipped fewer A > 0 tokens (0.133, 0.102, 0.073 for ε_high = 0.2, 0.28, 0.4) and the
-#    reward rose (0.239, 0.275, 0.306) while the entropy fell (0.942, 0.800, 0.724): a wider window allows larger
-#    updates per rollout, and over 20 iterations the entropy fell faster. One seed: read the directions, not the sizes
-#    (notebook 06 §3).
+#    ReverseTask a wider upper clip clipped fewer A > 0 tokens (0.133, 0.102, 0.073 for ε_high = 0.2, 0.28, 0.4) and on
+#    this seed the reward rose (0.239, 0.275, 0.306) while the entropy fell (0.942, 0.800, 0.724). Only the clip
+#    fraction's order follows from the mechanism; the reward's and the entropy's are one seed's (notebook 06 §3).
 # 4. GSPO's s_i is the geometric mean of the token ratios, exp(mean_t log ρ_{i,t}); here s = 1.2523 > 1.2, so sequence-
 #    level clipping drops the whole completion (all four gradients 0), while token-level clipping keeps the fourth token
 #    (gradient 0.1250). s spreads less than the token ratios (std of log s 0.0778 against 0.1557 for log ρ in the token-
@@ -1769,16 +1771,16 @@ plt.show()
 #    by ρ, which restores ∇KL(π ‖ π_ref). Not the same strength: in the reward the penalty is baselined and normalised
 #    with the task reward, so its weight depends on the reward's spread; in the loss its weight is β alone. At β = 0.1
 #    on EchoTask the KL in the loss barely anchored (k3 estimate 0.5455 over the last 10 iterations, against 0.6250 with
-#    β = 0), the KL in the reward far more (0.2174), at a lower reward (0.417, against 0.489 and 0.507) (notebook 06
-#    §6).
+#    β = 0), the KL in the reward far more (0.2174), at a lower reward (0.417, against 0.489 and 0.507)
+#    (notebook 06 §6).
 # 7. Masking keeps the truncated completions' rewards in the group's mean and std but takes their tokens out of the
 #    loss. That removes the noise (a right answer that ran over no longer gets its tokens pushed down) and also the push
-#    to stop that those tokens got: on RambleTask the truncated fraction stayed higher, 0.606 over the last 10
-#    iterations against the twin's 0.562, completions stayed longer (6.686 tokens against 6.492), and the reward stayed
-#    lower (0.070 against 0.117). Watch the truncated fraction per iteration (TRL `completions/clipped_ratio`, verl
+#    to stop that those tokens got: on RambleTask, on one seed, the truncated fraction ended higher (0.606 over the last
+#    10 iterations against the twin's 0.562), completions longer (6.686 tokens against 6.492) and the reward lower
+#    (0.070 against 0.117). Watch the truncated fraction per iteration (TRL `completions/clipped_ratio`, verl
 #    `response_length/clip_ratio`) and pair the mask with a soft penalty. With C = 4 on T_max = 8 the penalty starts
 #    after length 4 and is a far denser signal than the rare task reward: the completions fell to 2.006 tokens, almost
-#    none truncated (0.003), and the reward fell too (0.041). (notebook 06 §7).
+#    none truncated (0.003), and the reward fell too (0.041) (notebook 06 §7).
 # </details>
 #
 # **Next: notebook 07**, *Off-policy in practice*: samplers in bfloat16, float16 and float8 against a float32 trainer,

@@ -63,11 +63,11 @@ print(f"every training run: the SFT model on AdditionTask, {nb07_off_policy.SHOR
       f"{grpo_fixed.Config.group_size} samples; truncation C = {CAP}")
 
 # %% [markdown]
-# **At a glance.** One rollout batch of the SFT model, and for every sampled token how far the trainer's log-prob
-# is from the sampler's: with bug B10 (training log-probs without the temperature, notebook 01 §11) up to 1.7
-# nats, in the fixed twin up to 1.5e-06 with a float32 sampler and 0.021 with a bfloat16 one, while the ratio at
-# the first inner step is exactly 1 in all three; §1 explains the bfloat16 gap and measures the bias it puts into
-# the gradient.
+# **At a glance.** Rollouts of the SFT model (the same prompts and seed), and for every sampled token how far the
+# trainer's log-prob is from the sampler's: with bug B10 (training log-probs without the temperature, notebook 01 §11)
+# up to 1.7 nats, in the fixed twin up to 1.5e-06 with a float32 sampler and 0.021 with a bfloat16 one, while the ratio
+# at the first inner step is exactly 1 in all three; §1 explains the bfloat16 gap and measures the bias it puts into the
+# gradient.
 
 # %%
 B10 = catalog.hybrid("B10")
@@ -531,11 +531,11 @@ plt.show()
 # token-level truncated weights above are TRL 1.16.0's `vllm_importance_sampling_mode="token_truncate"` with
 # `vllm_importance_sampling_clip_max` (TRL's default mode, `"sequence_mask"`, keeps the raw sequence weight and zeroes
 # it above the bound; the correction runs only with `use_vllm=True`), and verl 0.9.1's
-# `algorithm.rollout_correction.rollout_is` with `rollout_is_threshold`; and reduce the mismatch at the source: compute
-# the logits in float32 (TRL 1.16.0's `cast_lm_head_to_fp32`, same `grpo_config.py`: "Whether to cast the language
-# modeling head of the policy and reference models to float32", for models whose head is not tied to the embeddings). In
-# this notebook's sampler, which rounds only the logits, that leaves only float32 rounding (the float32 rows: 2.51e-09
-# nats per token).
+# `algorithm.rollout_correction.rollout_is` with `rollout_is_threshold`; and reduce the mismatch at the source, on both
+# sides: TRL 1.16.0's `cast_lm_head_to_fp32` (same `grpo_config.py`: "Whether to cast the language modeling head of the
+# policy and reference models to float32") casts the trainer's head only; the vLLM sampler's precision is set on the
+# sampler's side. In this notebook's sampler, which rounds only the logits, that leaves only float32 rounding (the
+# float32 rows: 2.51e-09 nats per token).
 
 # %% [markdown]
 # ## 2. Stale rollouts
@@ -1006,7 +1006,7 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 #
 # > **You should know.**
 # > - ESS = (Σw)² / (n Σw²) = 1 / (1 + CV²(w)): the fraction of the batch the weighted estimate is worth.
-# >   In expectation 1 / (1 + χ²(π_trainer ‖ π_sampler)); for small mismatches 1 − ESS ≈ 2·KL. Exactly,
+# >   As the batch grows, 1 / (1 + χ²(π_trainer ‖ π_sampler)); for small mismatches 1 − ESS ≈ 2·KL. Exactly,
 # >   1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), so a large mismatch sits below 2·KL. Per token,
 # >   2(w − 1 − log w) exceeds (w − 1)² exactly when w < 1: χ² falls below 2·KL only if weights below 1 carry
 # >   enough of it.

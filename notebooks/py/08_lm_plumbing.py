@@ -37,10 +37,10 @@
 
 # %% [markdown]
 # ---
-# **Past the stop sign.** Each section: what the logs show, the key fact, a tiny input through `grpo_fixed` and
-# through `catalog.hybrid("Bn")` (the fixed twin with that one bug switched back on), a figure, the code that
-# fixes it, and what to say in the interview. The tiny inputs are the catalog's level-2 probes (`make hint
-# LEVEL=2`), so the hints and this notebook agree.
+# **Past the stop sign.** Each section: what the logs show, the key fact, a tiny input through `grpo_fixed` and through
+# `catalog.hybrid("Bn")` (the fixed twin with that one bug switched back on), a figure, the code that fixes it, and what
+# to say in the interview (§1 shows its tiny input and figure before the key fact). The tiny inputs are the catalog's
+# level-2 probes (`make hint LEVEL=2`), so the hints and this notebook agree.
 #
 # | ## | bug | tiny input |
 # |---|---|---|

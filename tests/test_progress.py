@@ -73,3 +73,11 @@ def test_outside_ipython_nothing_is_shown(capsys):
         step()
     progress_module.status("training")
     assert capsys.readouterr().out == ""
+
+
+def test_each_runs_every_label_in_order_and_steps_before_each():
+    calls = []
+    results = progress_module.each(["a", "b"], lambda label: calls.append(("run", label)) or label.upper(),
+                                   step=lambda label: calls.append(("step", label)))
+    assert results == {"a": "A", "b": "B"} and calls == [("step", "a"), ("run", "a"), ("step", "b"), ("run", "b")]
+    assert progress_module.each(["c"], str.upper) == {"c": "C"}  # no step

@@ -16,7 +16,7 @@ import grpo_buggy
 import grpo_fixed
 from workbook.catalog import BUG_IDS, PLUMBING_IDS, bug, hybrid
 from workbook.plots import BUGGY, FIXED, REFERENCE, animated, buggy_vs_fixed
-from workbook.progress import iterations
+from workbook.progress import each, iterations
 from workbook.swap import fixed_with
 
 TWINS = (grpo_buggy, grpo_fixed)
@@ -236,12 +236,7 @@ def ablation(seed: int = 0, exact_kl: tuple[str, ...] = EXACT_KL, step=None, lab
     so the notebook's first figure and its §13 share their runs. -> label -> history (lists of stats dicts; do
     not mutate them)"""
     key = tuple(sorted(overrides.items()))
-    runs = {}
-    for label in labels:
-        if step is not None:
-            step(label)
-        runs[label] = list(_train(label, seed, key, label in exact_kl))
-    return runs
+    return each(labels, lambda label: list(_train(label, seed, key, label in exact_kl)), step)
 
 
 def ablation_bars(ax, rewards: dict, random_reward: float):

@@ -19,7 +19,7 @@ import grpo_fixed
 from workbook import nb01_bugs
 from workbook.catalog import bug
 from workbook.plots import BUGGY, REFERENCE, buggy_vs_fixed
-from workbook.progress import iterations
+from workbook.progress import each, iterations
 from workbook.swap import fixed_with
 
 PROBE_PROMPT = "12+3="
@@ -174,9 +174,4 @@ def short_runs(labels, seed: int = 0, *, true_reward=(), step=None, **overrides)
     step(label), if given, is called as each run starts (a progress line). The histories are lists of stats
     dicts; do not mutate them."""
     key = tuple(sorted(overrides.items()))
-    runs = {}
-    for label in labels:
-        if step is not None:
-            step(label)
-        runs[label] = list(_run(label, seed, key, label in true_reward))
-    return runs
+    return each(labels, lambda label: list(_run(label, seed, key, label in true_reward)), step)

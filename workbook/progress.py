@@ -93,6 +93,16 @@ def iterations(what: str, steps: int):
     return on_iteration
 
 
+def each(labels, run, step=None) -> dict:
+    """{label: run(label)} for every label in order, calling step(label) (a progress() step) as each starts."""
+    results = {}
+    for label in labels:
+        if step is not None:
+            step(label)
+        results[label] = run(label)
+    return results
+
+
 class Progress:
     """`step(label)` says the next of `total` units has started: 'what: 3 of 13 (label)'."""
 

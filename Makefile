@@ -4,7 +4,7 @@
 # make bench : token_logprobs vs public implementations, the CLI run, notebook times, slider redraws in the browser, the grader (bench/README.md)
 # make mock  : a mock round, practice/round_N.py [ROUND=N] [BUGS=3|k|all] [HARD=1]; then make grade, make hint
 # make scratch : practice/scratch_N.py, the spec's functions as stubs to write [FUNCS=a,b|all]; then make grade FILE=
-# make drill  : the discussion drill in the terminal [TOPIC=...] [WEAKEST=1]; make drill REPORT=1 shows your scores per topic
+# make drill  : the discussion drill in the terminal [TOPIC=...] [WEAKEST=1] [ID=a,b] [SEED=n] [SCORES=path]; make drill REPORT=1 shows your scores per topic, EXPORT=cards.md writes the bank as Markdown
 # make interview : a 3-bug round with a 45-minute countdown; run it again for 15 minutes of questions and a write-up
 # make progress  : what the practice log says: time to each fix, hints, wrong attempts, drill scores over days
 
@@ -66,7 +66,7 @@ notebooks: venv
 # Practice (the interview package; `$(PY) -m interview --help`): grade and hint default to the newest round.
 # The grader's own exit code (0 all fixed, 1 not yet, 2 cannot grade) is that of `$(PY) -m interview grade FILE`.
 # make grade names only the bugs already fixed and counts broken edits; REVEAL=1 names the remaining bugs and
-# the functions an edit broke (make hint gives the remaining bugs' hints).
+# the functions an edit broke (make hint gives one remaining bug's hint, N=k the k-th, ALL=1 all of them).
 mock: venv
 	@$(PY) -m interview mock $(if $(ROUND),--round $(ROUND)) $(if $(BUGS),--bugs $(BUGS)) \
 		$(if $(filter-out 0,$(HARD)),--hard)
@@ -75,7 +75,8 @@ grade: venv
 	@$(PY) -m interview grade $(FILE) $(if $(filter-out 0,$(REVEAL)),--reveal)
 
 hint: venv
-	@$(PY) -m interview hint $(FILE) $(if $(LEVEL),--level $(LEVEL))
+	@$(PY) -m interview hint $(FILE) $(if $(LEVEL),--level $(LEVEL)) $(if $(N),--which $(N)) \
+		$(if $(filter-out 0,$(ALL)),--all)
 
 # From scratch (interview/scratch.py): `make grade FILE=practice/scratch_N.py` grades it sentence by sentence
 # of the spec (SPEC.md).
@@ -85,7 +86,8 @@ scratch: venv
 # The discussion drill (interview/drill.py, bank in interview/questions.toml; answers in practice/history.jsonl).
 drill: venv
 	@$(PY) -m interview drill $(if $(filter-out 0,$(REPORT)),--report) $(if $(TOPIC),--topic "$(TOPIC)") \
-		$(if $(filter-out 0,$(WEAKEST)),--weakest)
+		$(if $(filter-out 0,$(WEAKEST)),--weakest) $(if $(ID),--id "$(ID)") $(if $(SEED),--seed $(SEED)) \
+		$(if $(SCORES),--scores "$(SCORES)") $(if $(EXPORT),--export "$(EXPORT)")
 
 # The practice log (interview/history.py) and the interview mode (interview/interview_mode.py).
 progress: venv

@@ -4,9 +4,10 @@
   make grade [FILE=path] [REVEAL=1]            how many of the file's bugs are fixed (naming only those), and
                                                what a fix broke; REVEAL=1 names the remaining ones too;
                                                a practice/scratch_N.py is graded sentence by sentence
-  make hint [FILE=path] [LEVEL=1|2|3]          a hint for each bug still remaining
+  make hint [FILE=path] [LEVEL=1|2|3] [N=k]    the hint for the k-th bug still remaining (ALL=1: every one)
   make scratch [FUNCS=a,b|all]                 write practice/scratch_N.py: functions to write from scratch
-  make drill [REPORT=1] [TOPIC=t] [WEAKEST=1]  the discussion drill, or your scores per topic
+  make drill [REPORT=1] [TOPIC=t] [WEAKEST=1] [ID=a,b] [SEED=n] [SCORES=path] [EXPORT=cards.md]
+                                               the discussion drill, your scores per topic, or the bank as Markdown
   make progress                                what the practice log (practice/history.jsonl) says
   make interview                               a round with a 45-minute countdown, then the questions
 `grade` exits 0 when everything is fixed (or passes) and nothing regressed, 1 otherwise, 2 when a file
@@ -63,11 +64,13 @@ def grade_command(files: list[str | None], as_json: bool = False, train: bool = 
     return max(out["code"] for out in outputs.values())
 
 
-def hint_command(file: str | None, level: str) -> int:
+def hint_command(file: str | None, level: str, which: str = "1", every: bool = False) -> int:
     if level.strip() not in ("1", "2", "3"):
         raise CannotGrade(f"LEVEL must be 1, 2 or 3, got {level!r}")
+    if not which.strip().isdigit() or int(which) < 1:
+        raise CannotGrade(f"N must be a hint number 1, 2, ..., got {which!r}")
     job = grading.make_job(file)
-    lines, code = hints.hint(job.bugs, grading.grade_jobs([job])[0], int(level))
+    lines, code = hints.hint(job.bugs, grading.grade_jobs([job])[0], int(level), None if every else int(which))
     print("\n".join(lines), file=sys.stderr if code == 2 else sys.stdout)
     interview_mode.hinted(job, int(level), code, lines)
     return code
@@ -91,13 +94,18 @@ def drill_command(args, stdin=None, stdout=None) -> int:
         legacy = drill.LEGACY_SCORES_PATH if Path(args.scores) == drill.SCORES_PATH else None
         store = drill.ScoreStore(args.scores, bank, legacy=legacy)
         bank = drill.filter_topic(bank, args.topic)
+        bank = drill.filter_ids(bank, args.id)
     except drill.DrillError as error:
         print(f"make drill: {error}", file=sys.stderr)
         return 2
+    if args.export:
+        Path(args.export).write_text(drill.export_markdown(bank))
+        print(f"wrote {len(bank)} cards to {args.export}", file=out)
+        return 0
     if args.report:
         print(drill.report(bank, store), file=out)
         return 0
-    drill.run(bank, store, random.Random(args.seed), stdin=stdin, stdout=out, weakest=args.weakest)
+    drill.run(bank, store, random.Random(args.seed), stdin=stdin, stdout=out, weakest=args.weakest or bool(args.id))
     return 0
 
 
@@ -119,6 +127,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hint", help="hints for the bugs a file still has")
     p.add_argument("file", nargs="?", default=None)
     p.add_argument("--level", default="1", help="1: symptom and statistic, 2: function and tiny input, 3: the fix")
+    p.add_argument("--which", default="1", help="which remaining bug's hint (1, 2, ...; make hint N=2)")
+    p.add_argument("--all", action="store_true", help="every remaining bug's hint (make hint ALL=1)")
     p = sub.add_parser("scratch", help="write the next practice/scratch_N.py")
     p.add_argument("--funcs", default=None, help=f"comma-separated catalog sites, or 'all' (default: "
                                                  f"{','.join(scratch.SPEC_FUNCS)})")
@@ -128,6 +138,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed of the question draw (default: random)")
     p.add_argument("--topic", default=None, help=f"only this topic's cards: {', '.join(drill.TOPICS)}")
     p.add_argument("--weakest", action="store_true", help="weakest cards first, due or not")
+    p.add_argument("--id", default=None, help="only these cards: comma-separated ids (make drill ID=a,b)")
+    p.add_argument("--export", default=None, metavar="PATH",
+                   help="write the cards (after TOPIC/ID) to a Markdown file instead of drilling")
     p.add_argument("--scores", default=str(drill.SCORES_PATH), help="the log answers go to (default "
                                                                      "practice/history.jsonl)")
     p.add_argument("--bank", default=str(drill.BANK_PATH), help=argparse.SUPPRESS)
@@ -160,7 +173,7 @@ def main(argv=None, stdin=None, stdout=None) -> int:
         if args.command == "mock":
             interview_mode.drawn(rounds.mock(args.round, args.bugs, args.hard))
             return 0
-        return hint_command(args.file, args.level)
+        return hint_command(args.file, args.level, args.which, args.all)
     except CannotGrade as e:
         print(("" if args.command == "mock" else "cannot grade ") + str(e), file=sys.stderr)
         return 2

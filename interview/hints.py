@@ -1,4 +1,5 @@
-"""`make hint`: one hint per bug a file still has, in three levels.
+"""`make hint`: one hint per bug a file still has, in three levels, one bug at a time (N=k picks the k-th
+remaining bug, ALL=1 shows them all).
 
 Level 1 is the symptom and the logged statistics that show it (never the function), level 2 the function
 and the tiny input that exposes the bug, level 3 the fix, with the fixed twin's statements that carry
@@ -63,14 +64,24 @@ def hint_lines(bug_id: str, level: int, label: str = "hint") -> list[str]:
     return [f"{label} (level 3): {entry.fix}", "    the fixed twin's lines:"] + [f"    {x}" for x in fix_lines(bug_id)]
 
 
-def hint(bugs: list[str], result: dict, level: int) -> tuple[list[str], int]:
-    """The hint lines for the graded bugs still remaining in `result`, and the exit code."""
+def hint(bugs: list[str], result: dict, level: int, which: int | None = None) -> tuple[list[str], int]:
+    """The hint lines for the graded bugs still remaining in `result`, and the exit code: hint number `which`
+    (1-based, in the round's order of its remaining bugs) with a line saying how to get the others, or every
+    remaining bug's hint when `which` is None."""
     if "error" in result:
         return [f"cannot grade {result['error']}"], 2
     remaining = [b for b in bugs if not result["status"][b]]
     if not remaining:
         return ["Every bug of this file is fixed: no hint needed (make grade shows any regression)."], 0
+    if which is not None and not 1 <= which <= len(remaining):
+        return [f"there is no hint {which}: {len(remaining)} bug{'s' * (len(remaining) != 1)} remain "
+                f"(N=1..{len(remaining)})"], 2
     lines = []
     for i, b in enumerate(remaining, 1):  # numbered in the round's own order of its bugs: stable per round
-        lines += hint_lines(b, level, f"hint {i} of {len(remaining)}")
+        if which is None or i == which:
+            lines += hint_lines(b, level, f"hint {i} of {len(remaining)}")
+    if which is not None and len(remaining) > 1:
+        others = [str(i) for i in range(1, len(remaining) + 1) if i != which]
+        lines.append(f"({len(others)} other bug{'s remain' if len(others) > 1 else ' remains'}: hint "
+                     f"{' or '.join(others)}, make hint N={others[0]}; ALL=1 gives every hint at this level)")
     return lines, 0

@@ -54,6 +54,8 @@ class PracticePanel:
         self.hard = widgets.Checkbox(value=False, description="hard: docstrings cut to their first sentence")
         self.reveal = widgets.Checkbox(value=False, description="grade names the remaining bugs too")
         self.level = widgets.ToggleButtons(options=["1", "2", "3"], value="1", description="hint level")
+        self.which = widgets.BoundedIntText(value=1, min=1, max=rounds.catalog_size(), description="bug no.",
+                                            layout=widgets.Layout(width="160px"))
         self.draw_button = widgets.Button(description="Draw a round", button_style="primary")
         self.grade_button = widgets.Button(description="Grade")
         self.hint_button = widgets.Button(description="Hint")
@@ -64,7 +66,7 @@ class PracticePanel:
         self.output = widgets.Output()
         rows = [widgets.HBox([self.draw_button, self.bugs, self.hard]),
                 widgets.HBox([self.grade_button, self.reveal]),
-                widgets.HBox([self.hint_button, self.level])]
+                widgets.HBox([self.hint_button, self.level, self.which])]
         self.widget = widgets.VBox([*rows, self.status, self.output], layout=widgets.Layout(max_width="900px"))
         self.widget.add_class("practice-panel")
         self._show()
@@ -92,7 +94,8 @@ class PracticePanel:
         return code
 
     def hint(self) -> int:
-        code = self._run(["hint", *self._file(), "--level", self.level.value], f"Hint, level {self.level.value}")
+        code = self._run(["hint", *self._file(), "--level", self.level.value, "--which", str(self.which.value)],
+                         f"Hint, level {self.level.value}")
         self.status_text = f"Hint, level {self.level.value}: see below." if code == 0 else "No hint: see below."
         self._show()
         return code
@@ -120,7 +123,7 @@ class PracticePanel:
         """A Markdown link from the notebook's folder to the round file (JupyterLab opens it in its editor)."""
         target = self.round_file
         if target is None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(rounds.CannotGrade):
                 target = rounds.newest_round()
         if target is None or not Path(target).is_file():
             return None

@@ -187,7 +187,7 @@ def mock(number: int | None, bugs: str, hard: bool, now: dt.datetime | None = No
     steps = [(f".venv/bin/python {rel(path)}", "run it and read the logs"),
              (f"edit {rel(path)}", "find the bugs with tiny inputs; fix them in place"),
              ("make grade", "which bugs are fixed, and whether a fix broke something else"),
-             ("make hint [LEVEL=2|3]", "a hint for each remaining bug")]
+             ("make hint [LEVEL=2|3] [N=k]", "a hint for one remaining bug")]
     width = max(len(cmd) for cmd, _ in steps) + 3
     print("Next:\n" + "\n".join(f"  {cmd:<{width}}{what}" for cmd, what in steps))
     return path

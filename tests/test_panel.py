@@ -34,7 +34,10 @@ def test_draw_grade_hint_act_on_the_round_drawn(practice):
     assert p.code == 1 and "0 of 2 fixed" in p.text() and p.text().startswith("Graded: not yet.")
     p.level.value = "3"
     p.hint_button.click()
-    assert p.code == 0 and p.text().count("(level 3)") == 2
+    assert p.code == 0 and p.text().count("(level 3)") == 1 and "hint 1 of 2 (level 3)" in p.text()
+    p.which.value = 2
+    p.hint_button.click()
+    assert p.code == 0 and p.text().count("(level 3)") == 1 and "hint 2 of 2 (level 3)" in p.text()
     markdown = [o for o in p.output.outputs if o["output_type"] == "display_data"]
     assert markdown[0]["data"]["text/markdown"] == p.link()
 

@@ -514,13 +514,20 @@ def test_command_line_report_and_hint(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert [line for line in proc.stdout.splitlines() if line.startswith("remaining: ")] == [
         f"remaining: {b} {catalog.bug(b).title}" for b in drawn], proc.stdout
-    for level in ("1", "3"):
-        proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", level],
+    for level, which in (("1", []), ("3", ["--which", "2"]), ("3", ["--all"])):
+        proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", level, *which],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
-        assert set(BUG_TOKEN.findall(proc.stdout)) == (set() if level == "1" else set(drawn))
+        shown = list(enumerate(drawn, 1)) if which == ["--all"] else [(int(which[1]) if which else 1,
+                                                                        drawn[int(which[1]) - 1 if which else 0])]
+        assert set(BUG_TOKEN.findall(proc.stdout)) == (set() if level == "1" else {b for _, b in shown})
         assert [x for x in proc.stdout.splitlines() if x.startswith("hint ")] == [
-            hints.hint_lines(b, int(level), f"hint {i} of 3")[0] for i, b in enumerate(drawn, 1)]
+            hints.hint_lines(b, int(level), f"hint {i} of 3")[0] for i, b in shown]
+        others = [str(i) for i in (1, 2, 3) if i not in {i for i, _ in shown}]
+        assert ("(2 other bugs remain: hint " + " or ".join(others) in proc.stdout) == (which != ["--all"])
+    proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--which", "4"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "there is no hint 4: 3 bugs remain (N=1..3)" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "interview", "hint", str(path), "--level", "4"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "LEVEL" in proc.stderr

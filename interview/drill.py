@@ -2,11 +2,15 @@
 widget is interview/drill_card.py).
 
     make drill                 one question at a time: say the one-line answer (about 15 s), Enter, the full
-                               answer (about 90 s), Enter; the model answer and the notebook section that
-                               backs it appear, you score yourself 0 / 1 / 2
+                               answer (about 90 s), Enter; the model answer (one-liner, the rest, the notebook
+                               section that backs it, two follow-ups to answer aloud) appears, you score
+                               yourself 0 / 1 / 2
     make drill TOPIC=...       only one topic's questions;  make drill WEAKEST=1: your weakest cards first
     make drill REPORT=1        your scores per topic
-(or `.venv/bin/python -m interview drill [--report] [--topic T] [--weakest] [--seed N] [--scores PATH]`.)
+    make drill ID=a,b          only these cards, due or not;  SEED=n the draw's seed;  SCORES=path another log
+    make drill EXPORT=cards.md the cards as Markdown, by topic (TOPIC and ID apply)
+(or `.venv/bin/python -m interview drill [--report] [--topic T] [--weakest] [--id IDS] [--seed N] [--scores PATH]
+[--export PATH]`.)
 
 The bank is interview/questions.toml. Answers go to the practice log, practice/history.jsonl
 (interview/history.py: append-only JSON lines, so the terminal drill and the notebook card never lose each
@@ -72,8 +76,13 @@ class Question:
     topic: str
     question: str
     answer: str
+    """the rest of the model answer: at most four sentences after the one-liner"""
     notebook: int
     section: int
+    short: str = ""
+    """the one-line answer, sayable in about ONE_LINER_SECONDS"""
+    follow_ups: tuple[str, ...] = ()
+    """the FOLLOW_UPS questions an interviewer is likely to ask next"""
 
     @property
     def ref(self) -> str:
@@ -81,7 +90,9 @@ class Question:
         return f"notebook {self.notebook:02d} §{self.section}"
 
 
-FIELDS = {"id": str, "topic": str, "question": str, "answer": str, "notebook": int, "section": int}
+FIELDS = {"id": str, "topic": str, "question": str, "short": str, "answer": str, "follow_ups": list,
+          "notebook": int, "section": int}
+FOLLOW_UPS = 2  # follow-up questions per card
 
 
 def load_bank(path: Path | str = BANK_PATH) -> list[Question]:
@@ -94,6 +105,9 @@ def load_bank(path: Path | str = BANK_PATH) -> list[Question]:
     for i, entry in enumerate(data.get("question", [])):
         problems = [f"{k} must be a {t.__name__}" for k, t in FIELDS.items() if not isinstance(entry.get(k), t)]
         problems += [f"unknown field {k!r}" for k in entry if k not in FIELDS]
+        if not problems and (len(entry["follow_ups"]) != FOLLOW_UPS
+                             or not all(isinstance(f, str) and f.strip() for f in entry["follow_ups"])):
+            problems.append(f"follow_ups must be a list of {FOLLOW_UPS} questions")
         if not problems and entry["topic"] not in TOPICS:
             problems.append(f"topic {entry['topic']!r} is not one of {list(TOPICS)}")
         if not problems and entry["id"] in seen:
@@ -101,10 +115,23 @@ def load_bank(path: Path | str = BANK_PATH) -> list[Question]:
         if problems:
             raise DrillError(f"{path}: question {i + 1} ({entry.get('id', '?')}): " + "; ".join(problems))
         seen.add(entry["id"])
-        questions.append(Question(**{k: entry[k].strip() if isinstance(entry[k], str) else entry[k] for k in FIELDS}))
+        fields = {k: entry[k].strip() if isinstance(entry[k], str) else entry[k] for k in FIELDS}
+        fields["follow_ups"] = tuple(" ".join(f.split()) for f in entry["follow_ups"])
+        fields["short"] = " ".join(entry["short"].split())
+        questions.append(Question(**fields))
     if not questions:
         raise DrillError(f"{path}: no [[question]] entries")
     return questions
+
+
+ABBREVIATIONS = re.compile(r"\b(e\.g|i\.e|vs|Eq|et al|cf|approx|Dr|Fig|resp)\.")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a card's text: split after . ? ! before a capital, a digit or a bracket; the
+    abbreviations above (e.g., i.e., vs., Dr. GRPO, ...) do not end one."""
+    protected = ABBREVIATIONS.sub(lambda m: m.group(0).replace(".", "\0"), " ".join(text.split()))
+    return [p.replace("\0", ".") for p in re.split(r"(?<=[.?!])\s+(?=[A-Z0-9(\"'])", protected) if p.strip()]
 
 
 def notebook_source(notebook: int, sources: Path = NOTEBOOK_SOURCES) -> Path | None:
@@ -139,8 +166,9 @@ def backed_by(q: Question) -> str:
 
 
 def answer_hash(q: Question) -> str:
-    """A short hash of a card's answer text (whitespace-insensitive): a corrected answer is a new card."""
-    return hashlib.sha1(" ".join(q.answer.split()).encode()).hexdigest()[:12]
+    """A short hash of a card's answer text, one-liner included (whitespace-insensitive): a corrected answer is a
+    new card."""
+    return hashlib.sha1(" ".join(f"{q.short} {q.answer}".split()).encode()).hexdigest()[:12]
 
 
 @cache
@@ -341,6 +369,33 @@ def filter_topic(bank: list[Question], topic: str | None) -> list[Question]:
     return [q for q in bank if q.topic == matches[0]]
 
 
+def filter_ids(bank: list[Question], ids: str | None) -> list[Question]:
+    """The cards named in a comma-separated list of ids, in the list's order; DrillError names any unknown id."""
+    if not ids:
+        return bank
+    wanted = [i.strip() for i in ids.split(",") if i.strip()]
+    by_id = {q.id: q for q in bank}
+    unknown = [i for i in wanted if i not in by_id]
+    if unknown or not wanted:
+        raise DrillError(f"ID: no card {', '.join(map(repr, unknown)) or repr(ids)} (among these "
+                         f"{len(bank)} cards; `make drill EXPORT=cards.md` lists them all)")
+    return [by_id[i] for i in dict.fromkeys(wanted)]
+
+
+def export_markdown(bank: list[Question]) -> str:
+    """The cards as Markdown, by topic: question, one-liner, answer, source and follow-ups (to print or read)."""
+    lines = ["# The discussion drill's cards", ""]
+    for topic in TOPICS:
+        cards = [q for q in bank if q.topic == topic]
+        if cards:
+            lines += [f"## {topic}", ""]
+        for q in cards:
+            lines += [f"### {' '.join(q.question.split())}", "", f"`{q.id}`, backed by {backed_by(q)}", "",
+                      f"**One-liner.** {q.short}", "", " ".join(q.answer.split()), "", "**Follow-ups.**", "",
+                      *(f"{i}. {f}" for i, f in enumerate(q.follow_ups, 1)), ""]
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------------------------
 # Report
 
@@ -378,6 +433,16 @@ def wrap(text: str, indent: str = "  ") -> str:
     """Paragraph text re-flowed to 100 columns (the bank's line breaks are for the TOML file only)."""
     return textwrap.fill(" ".join(text.split()), 100, initial_indent=indent, subsequent_indent=indent,
                          break_on_hyphens=False)
+
+
+def model_answer(q: Question, bank: list[Question] = ()) -> list[str]:
+    """The model answer as the drill shows it: the one-liner, the rest, the section that backs it and the
+    follow-up questions to answer next (aloud, before scoring); a follow-up that is another card's question in
+    `bank` names that card, where its answer is."""
+    cards = {" ".join(c.question.split()): c.id for c in bank}
+    return [f"One-liner: {q.short}", q.answer, f"Backed by {backed_by(q)}.",
+            "Follow-ups an interviewer asks next (answer them too):",
+            *(f"{i}. {f}" + (f" (card {cards[f]})" if f in cards else "") for i, f in enumerate(q.follow_ups, 1))]
 
 
 def timing(seconds: float, budget: float, what: str) -> str:
@@ -433,8 +498,13 @@ def run(bank: list[Question], store: ScoreStore, rng: random.Random, stdin=None,
                 break
             seconds = clock() - start
             say(timing(seconds, budget, ""))
-            say(wrap(q.answer))
-            say(f"  Backed by {backed_by(q)}.")
+            short, rest, backed, heading, *follow_ups = model_answer(q, bank)
+            say(wrap(short))
+            say(wrap(rest))
+            say(f"  {backed}")
+            say(f"  {heading}")
+            for line in follow_ups:
+                say(wrap(line, "    "))
             while True:
                 line = ask("  Score yourself: 0 (did not know it), 1 (partly), 2 (knew it); Enter skips, q stops: ")
                 if line is None or line.lower() == "q":

@@ -19,6 +19,7 @@ from interview.drill import (
     ScoreStore,
     Session,
     backed_by,
+    model_answer,
 )
 
 
@@ -89,7 +90,7 @@ class DrillCard:
             q = self.current
             lines += [f"[{q.topic} | box {self.store.box(q.id)} | {q.id}]", " ".join(q.question.split())]
             if self.revealed:
-                lines += ["Answer: " + " ".join(q.answer.split()), f"Backed by {backed_by(q)}."]
+                lines += [" ".join(line.split()) for line in model_answer(q, self.bank)]
         lines.append(self.status)
         return "\n".join(lines)
 
@@ -104,7 +105,11 @@ class DrillCard:
             parts.append(f"<p><small>{html.escape(q.topic)} | box {self.store.box(q.id)} | {q.id}</small></p>")
             parts.append(f"<p><b>{html.escape(' '.join(q.question.split()))}</b></p>")
             if self.revealed:
+                parts.append(f"<p><b>One-liner:</b> {html.escape(q.short)}</p>")
                 parts.append(f"<p>{html.escape(' '.join(q.answer.split()))}</p>")
                 parts.append(f"<p><i>Backed by {html.escape(backed_by(q))}.</i></p>")
+                follow_ups = model_answer(q, self.bank)[4:]
+                items = "".join(f"<li>{html.escape(line.split('. ', 1)[1])}</li>" for line in follow_ups)
+                parts.append(f"<p>Follow-ups an interviewer asks next (answer them too):</p><ol>{items}</ol>")
         parts.append(f"<p><small>{html.escape(self.status)}</small></p>")
         self.view.value = "\n".join(parts)

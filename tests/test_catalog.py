@@ -31,6 +31,7 @@ import torch.nn as nn
 import grpo_buggy
 import grpo_fixed
 import grpo_support
+from grpo_support import PROGRESS
 from tinylm import CausalLMOutput, CharTokenizer, TinyLM, TinyLMConfig
 from workbook import catalog, nb01_bugs
 from workbook.run_summary import final_reward
@@ -576,7 +577,10 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
                f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}")
     elif bug_id == "B15":
         assert all(s["mixed_groups"] == 1 for s in run) and all(grpo_fixed.in_range(s, "adv_group_mean") for s in run)
-        quoted("B15", f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}")
+        assert all(not grpo_fixed.in_range(s, "mixed_groups") for s in run) and "mixed_groups" not in PROGRESS
+        assert [name for s in run for name in PROGRESS if not grpo_fixed.in_range(s, name)] == ["grad_norm"]
+        quoted("B15", f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}",
+               "one is out of its healthy range at every iteration", "but for one gradient-norm spike")
     elif bug_id == "B16":
         assert all(s["ref_gap"] == 0 for s in run)  # what the health check reads (not in the hint)
         quoted("B16", f"({last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f})",

@@ -43,11 +43,45 @@ def test_bank_size_and_topics():
     assert {q.notebook for q in BANK if q.topic == "variants"} == {6, 7}
 
 
-def test_every_question_has_a_model_answer_of_a_few_sentences():
+ONE_LINER_WORDS = (6, 30)  # about 15 s aloud at two words a second
+MAX_SENTENCES = 4  # after the one-liner
+
+
+def test_every_card_opens_with_a_one_line_answer():
+    """An interviewer asks for the one-liner first: one sentence, sayable in about 15 s, an answer on its own."""
     for q in BANK:
-        sentences = [s for s in q.answer.replace("e.g.", "eg").split(". ") if s.strip()]
-        assert 2 <= len(sentences) <= 8 and 150 <= len(q.answer) <= 900, (q.id, len(sentences), len(q.answer))
+        words = len(q.short.split())
+        assert len(drill.sentences(q.short)) == 1, (q.id, drill.sentences(q.short))
+        assert ONE_LINER_WORDS[0] <= words <= ONE_LINER_WORDS[1], (q.id, words)
+
+
+def test_then_at_most_four_sentences():
+    for q in BANK:
+        n = len(drill.sentences(q.answer))
+        assert 1 <= n <= MAX_SENTENCES and len(" ".join(q.answer.split())) <= 800, (q.id, n, len(q.answer))
         assert len(q.question) >= 20 and q.question.rstrip()[-1] in "?.", q.id
+
+
+def test_then_two_follow_up_questions():
+    """Two likely follow-ups per card, neither the card's own question."""
+    for q in BANK:
+        assert len(q.follow_ups) == drill.FOLLOW_UPS == 2, q.id
+        assert all(f.endswith("?") and 20 <= len(f) <= 200 for f in q.follow_ups), q.id
+        assert len(set(q.follow_ups)) == 2 and " ".join(q.question.split()) not in q.follow_ups, q.id
+
+
+def test_the_model_answer_shows_one_liner_rest_source_and_follow_ups():
+    q = BANK[0]
+    lines = drill.model_answer(q)
+    assert lines[0] == f"One-liner: {q.short}" and lines[1] == q.answer and q.ref in lines[2]
+    assert [line.split(". ", 1)[1] for line in lines[-2:]] == list(q.follow_ups)
+
+
+def test_a_follow_up_that_is_another_cards_question_names_that_card():
+    other = BANK[1]
+    q = dataclasses.replace(BANK[0], follow_ups=(" ".join(other.question.split()), "Something else entirely?"))
+    lines = drill.model_answer(q, BANK)
+    assert lines[-2].endswith(f"(card {other.id})") and not lines[-1].endswith(")")
 
 
 @pytest.mark.parametrize("notebook", sorted({q.notebook for q in BANK}), ids=lambda n: f"{n:02d}")
@@ -65,6 +99,7 @@ NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)*(?:e-?\d+)?")
 NOT_FROM_THE_SECTION = {  # card id -> the numbers it quotes from elsewhere, and where from
     "eps-role": {"1e-8"},  # the twins' default eps (group_advantage's signature)
     "gspo": {"3e-4"},  # the GSPO paper's clip ranges
+    "lr-warmup-adam": {"1e-8"},  # torch.optim.Adam's default eps (PyTorch 2.13.0)
 }
 
 
@@ -104,7 +139,8 @@ def test_every_number_of_a_card_is_in_its_section(q):
     """A card's numbers are printed in the stored outputs of the section it cites, or in that section's prose
     (whose numbers the notebook asserts), up to trailing zeros (0.875 for a printed 0.8750)."""
     text = stored_section(q.notebook, q.section)
-    missing = sorted(n for n in quoted_numbers(q.answer) - NOT_FROM_THE_SECTION.get(q.id, set())
+    card = " ".join([q.short, q.answer, *q.follow_ups])
+    missing = sorted(n for n in quoted_numbers(card) - NOT_FROM_THE_SECTION.get(q.id, set())
                      if not re.search(r"(?<![\d.])" + re.escape(n) + ("0*" if "." in n and "e" not in n else "")
                                       + r"(?!\d)", text))
     assert not missing, f"{q.id} quotes {missing}, not in {q.ref}'s stored outputs or prose"
@@ -123,9 +159,14 @@ def test_section_resolution_on_a_synthetic_source(tmp_path):
     assert drill.notebook_source(8, tmp_path) is None
 
 
+OK_PARTS = 'short = "s"\nanswer = "a"\nfollow_ups = ["f?", "g?"]\n'
+
+
 @pytest.mark.parametrize("broken, says", [
     ('id = "a"\ntopic = "debugging"\nquestion = "q?"\nanswer = "a"\nnotebook = 1\n', "section must be a int"),
-    ('id = "a"\ntopic = "nope"\nquestion = "q?"\nanswer = "a"\nnotebook = 1\nsection = 1\n', "topic 'nope'"),
+    ('id = "a"\ntopic = "nope"\nquestion = "q?"\n' + OK_PARTS + 'notebook = 1\nsection = 1\n', "topic 'nope'"),
+    ('id = "a"\ntopic = "debugging"\nquestion = "q?"\nshort = "s"\nanswer = "a"\nfollow_ups = ["f?"]\n'
+     'notebook = 1\nsection = 1\n', "follow_ups must be a list of 2 questions"),
     ('id = "a"\ntopic = "debugging"\nquestion = "q?"\nanswer = "a"\nnotebook = 1\nsection = 1\nextra = 1\n',
      "unknown field 'extra'"),
 ])
@@ -137,7 +178,7 @@ def test_a_broken_bank_is_refused_with_one_clear_line(tmp_path, broken, says):
 
 
 def test_duplicate_ids_are_refused(tmp_path):
-    entry = '[[question]]\nid = "a"\ntopic = "debugging"\nquestion = "q?"\nanswer = "a"\nnotebook = 1\nsection = 1\n'
+    entry = '[[question]]\nid = "a"\ntopic = "debugging"\nquestion = "q?"\n' + OK_PARTS + 'notebook = 1\nsection = 1\n'
     path = tmp_path / "bank.toml"
     path.write_text(entry + entry)
     with pytest.raises(drill.DrillError, match="used twice"):
@@ -486,7 +527,9 @@ def test_card_buttons_clicked_from_python():
     assert store.history(first.id) == [] and card.current is first
 
     card.reveal_button.click()
-    assert card.text().splitlines()[2] == "Answer: " + " ".join(first.answer.split())
+    shown = card.text().splitlines()
+    assert shown[2:4] == [f"One-liner: {first.short}", " ".join(first.answer.split())]
+    assert shown[6:8] == [" ".join(line.split()) for line in drill.model_answer(first, BANK)[4:]]
     assert f"Backed by {first.ref}" in card.text() and "Backed by" in card.view.value
     assert card.reveal_button.disabled and not any(b.disabled for b in card.score_buttons.values())
 

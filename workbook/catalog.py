@@ -47,7 +47,7 @@ BUGS = [
                 "completions run longer than a healthy run's (3.8 tokens vs 3.0 on average) and the logged entropy "
                 "stays near its starting 0.7",
         stats=("reward", "zero_var_groups", "completion_length", "entropy"),
-        cards=("sampler-test", "debug-method"),
+        cards=("sampler-test", "triage-log-shape", "debug-method"),
         probe="logits [2, 1, 0, -1, -2], 20 000 draws: the frequencies should be softmax [.64, .23, .09, .03, .01]; "
               "the buggy ones are about [.39, .30, .20, .10, 0]",
         fix="raw logits (shifted to be non-negative) go to torch.multinomial, which draws in proportion to the "
@@ -78,7 +78,7 @@ BUGS = [
                 "run reaches 0.67) and the early loss sits well above a healthy run's, yet every statistic stays "
                 "in its healthy range",
         stats=("reward", "loss"),
-        cards=("clamp-product", "why-min", "clip-gradient"),
+        cards=("clamp-product", "b4-silenced-samples", "why-min"),
         probe="one token, ratio 1, A = 2: d loss / d logprob should be -2 (the buggy one is 0)",
         fix="clamp(ratio * A, 1 - c, 1 + c) clips the product: clip the ratio, then multiply, "
             "clamp(ratio, 1 - c, 1 + c) * A (with A < 0 that flips which side is the pessimistic one)"),
@@ -86,7 +86,7 @@ BUGS = [
         symptom="no training statistic shows it: a default run is identical to a healthy one at every iteration "
                 "(no NaN loss, no skipped step); probe a tiny input instead",
         stats=("loss", "nonfinite_steps"),
-        cards=("loss-aggregation", "invariants"),
+        cards=("masked-mean-all-masked", "kl-same-mask", "loss-aggregation"),
         probe="the loss would turn NaN for a minibatch whose every completion token is masked, or once a padded "
               "position holds -inf or NaN (-inf * 0 = NaN): an all-False mask should give 0.0 (the buggy one is "
               "NaN); values [1, 3, nan] with mask [1, 1, 0] should give 2.0",
@@ -96,7 +96,7 @@ BUGS = [
         symptom="training log-probs differ from the sampler's on the very same tokens (by 13 to 15 nats), the "
                 "reward does not rise (it drifts down from 0.27) and the gradient norm spikes into the hundreds",
         stats=("logprob_gap", "reward", "grad_norm"),
-        cards=("consistency-not-correctness", "invariants", "debug-method"),
+        cards=("logprob-shift-gather", "consistency-not-correctness", "invariants"),
         probe="a fake LM whose logits at position l all equal l, a prompt of P = 3 tokens (BOS included), 3 "
               "completion tokens: completion token t sits at position P + t, so its row should come from position "
               "P + t - 1, i.e. [2, 3, 4] (the buggy rows are [3, 4, 5])",
@@ -107,7 +107,7 @@ BUGS = [
                 "in its healthy range, final reward 0.66 where a healthy run reaches 0.67); a longer run whose "
                 "policy grows far more confident would show non-finite losses and skipped steps (nonfinite_steps > 0)",
         stats=("loss", "nonfinite_steps"),
-        cards=("log-softmax", "invariants"),
+        cards=("log-softmax", "ratio-exp-overflow", "fp32-logprobs"),
         probe="-inf log-probs appear once some sampled or padded token's probability underflows float32 (a logit "
               "gap above about 104): logits [0, 200], token 0: the log-prob should be -200; the buggy one is -inf "
               "(softmax underflows to 0 first)",
@@ -141,7 +141,7 @@ BUGS = [
                 "default run, where a healthy run's gap is float rounding) while the ratio is exactly 1 at the "
                 "first inner step",
         stats=("logprob_gap", "ratio_first_maxdev"),
-        cards=("consistency-not-correctness", "sampler-offset", "sampler-numerics"),
+        cards=("rollout-temperature", "vllm-logprobs-mode", "consistency-not-correctness"),
         probe="a fake LM whose logits are [1, 0, -1, 0.5] at every position, temperature 0.5, completion tokens "
               "[0, 3, 2]: the training log-probs should be log_softmax(logits / 0.5) of those tokens, [-0.42, "
               "-1.42, -4.42] (the buggy ones, log_softmax(logits), are [-0.75, -1.25, -2.75])",
@@ -200,10 +200,11 @@ BUGS = [
         fix="counting the EOS tokens up to and including t drops the first EOS itself: count those strictly "
             "before t, so the mask ends on the first EOS"),
     Bug("B15", "repeat_prompts", "prompts tiled instead of repeated (a group holds G different prompts)",
-        symptom="nothing in a default run's reward or progress line flags it: the advantages are centred "
-                "(adv_group_mean at rounding level) and the reward is not visibly hurt (a default run ends at 0.66 "
-                "where a healthy one reaches 0.67); print one sampled batch's prompts beside their rewards and "
-                "advantages",
+        symptom="the progress line stays in its healthy ranges but for one gradient-norm spike, the advantages "
+                "are centred (adv_group_mean at rounding level) and a default run ends at 0.66 where a healthy one "
+                "reaches 0.67; of the full statistics logged for each iteration (the run's history), one is out of "
+                "its healthy range at every iteration: find it, then print one sampled batch's prompts beside their "
+                "rewards and advantages",
         stats=("adv_group_mean", "reward"),
         source="PrimeIntellect-ai/prime-rl pull request 600 (prompts duplicated as [p1, p2] * n instead of [p1, p1, "
                "p2, p2], so each GRPO group mixed different prompts)",
@@ -219,7 +220,7 @@ BUGS = [
         stats=("kl", "reward"),
         source="huggingface/trl issue 2046 (one model object passed as both policy and ref_policy to PPO and RLOO, so "
                "the KL anchor moved with the policy; the issue asks for a same-object check)",
-        cards=("ref-is-policy", "ref-not-old", "kl-vs-clip"),
+        cards=("ref-is-policy", "weight-sync-reference", "ref-not-old"),
         probe="take one optimizer step on the policy and score a prompt with the reference before and after: "
               "the reference's logits should not change; here they move with the policy's",
         fix="the reference must be a frozen copy of the starting policy (deepcopy, eval, no grad), not another "

@@ -27,7 +27,7 @@
 # This workbook rehearses each part with a command, a grader and the notebooks that back the answers:
 #
 # 1. **Debug** a hand-out with bugs left in, against the clock: `make mock [BUGS=k]`, fix
-#    `practice/round_N.py` in place, `make grade`, `make hint [LEVEL=1|2|3]`. Behind it: notebook 01 (the
+#    `practice/round_N.py` in place, `make grade`, `make hint [LEVEL=1|2|3] [N=k]`. Behind it: notebook 01 (the
 #    method, then bugs B1-B11 on tiny inputs), notebook 08 (the LM-plumbing bugs B12-B17: position ids,
 #    attention mask, EOS, prompt layout, reference, decoding) and notebook 03 (the assertions and logging that
 #    catch them).
@@ -97,9 +97,9 @@ assert max(glance["grpo_buggy"]) == 0.0 and fixed_range == "0.225 to 0.463"  # a
 
 # %% [markdown]
 # **At a glance.** The hand-out `grpo_buggy.py` (left) logs a reward of 0 at every iteration of the grader's short
-# run, the first included, before any update: its sampling and scoring are broken from the start. Its fixed twin
-# (right) scores 0.225 to 0.463 with no upward trend: §1 explains why eight iterations cannot show learning, and what
-# `make grade` checks instead.
+# run, the first included, before any update, so something upstream of the loss (the rollout or the reward) is
+# already wrong. Its fixed twin (right) scores 0.225 to 0.463 with no upward trend: §1 explains why eight iterations
+# cannot show learning, and what `make grade` checks instead.
 
 # %% [markdown]
 # ## 1. Debug a hand-out
@@ -108,10 +108,10 @@ assert max(glance["grpo_buggy"]) == 0.0 and fixed_range == "0.225 to 0.463"  # a
 # default, as SPEC.md describes the round) and the others fixed; its header says which round it is, never
 # which bugs. Run it, read the logs, find the bugs with tiny inputs (notebook 01 §1 is the method), fix
 # them in place. `make grade` counts the bugs fixed and names only those, and counts the edits that broke a
-# function that worked (`REVEAL=1` names the rest); `make hint` gives one hint per remaining bug, from the
-# symptom (level 1) to the fix (level 3). Each bug lives in one function and is graded there: a fix written
-# in another function (say, a softmax added by the caller of the sampler) leaves it "remaining". A round is
-# meant to take 45 minutes.
+# function that worked (`REVEAL=1` names the rest); `make hint` gives a hint for one remaining bug (`N=2` the
+# next one), from the symptom (level 1) to the fix (level 3). Each bug lives in one function and is graded there:
+# a fix written in another function (say, a softmax added by the caller of the sampler) leaves it "remaining". A
+# round is meant to take 45 minutes.
 #
 # **From this notebook.** The panel below does what those make targets do, with the same code (`interview/cli.py`):
 # *Draw a round* writes `practice/round_N.py` and links to it (the link opens it in JupyterLab's editor);
@@ -263,14 +263,14 @@ assert len(bank) >= 30 and set(drill.TOPICS) == {q.topic for q in bank}
 assert [drill.interval(b).days for b in range(drill.MAX_BOX + 1)] == [0, 1, 2, 4, 8]
 
 # %% [markdown]
-# The same drill as a card: **Next** draws a question, **Reveal** shows the model answer, its section and
-# the seconds since the question appeared, the score buttons record your score (with those seconds) and
-# draw the next question. This card keeps its scores in memory (they are lost with the kernel); set
-# `SAVE_SCORES = True` to append them to `practice/history.jsonl`, the terminal drill's log (both only
-# append, so neither loses the other's answers).
+# The same drill as a card: **Next** draws a question, **Reveal** shows the model answer (the one-liner, the
+# rest, its section, two follow-ups to answer aloud) and the seconds since the question appeared, the score
+# buttons record your score (with those seconds) and draw the next question. Scores are appended to
+# `practice/history.jsonl`, the terminal drill's log (both only append, so neither loses the other's answers;
+# nothing is written until you score a card); set `SAVE_SCORES = False` to keep them in memory only.
 
 # %% tags=["nbval-ignore-output"]
-SAVE_SCORES = False
+SAVE_SCORES = True
 if SAVE_SCORES:
     store = drill.ScoreStore(drill.SCORES_PATH, bank, legacy=drill.LEGACY_SCORES_PATH)
 else:

@@ -740,7 +740,8 @@ assert f"{bf16_std:.2e}" == "4.99e-03"
 # negative sign comes with *any* mismatch and does not name the cause; the size does. −0.02 is
 # temperature-sized: B10 gives −0.015 on the batch of notebook 02 §5.4 (about 1,200 times what bf16 rounding
 # of the logits gives there, −1.25e-05) and −0.018 on five logits. So check, in order:
-# the sampling settings applied by the engine but not by the trainer (temperature, top-p/top-k: B10),
+# the sampling settings applied by the engine but not by the trainer (temperature is B10; a top-p or top-k
+# cut the trainer does not apply is the same kind of mismatch),
 # then the log-prob shift (B6), then dropout / train mode in the trainer, then numerics (a bf16 engine
 # against an fp32 trainer: small, growing with sharper logits, notebook 07 §1). Re-run one batch at T = 1
 # or with the trainer in eval mode to split the first from the third.

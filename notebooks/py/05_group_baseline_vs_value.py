@@ -264,7 +264,8 @@ assert f"{cosines['std-normalised']:.4f}" == "0.9925"  # prose
 # batch-mean baseline on top) and `none` stays a run without any baseline. The critic (`ValueModel`) is a
 # second TinyLM loaded from the same SFT checkpoint, with a zero-initialised scalar head on its last hidden state
 # in place of the vocabulary projection: $V_\phi = 0$ everywhere at the start. Real PPO for LLMs does the same at
-# full size: a value model as large as the policy, initialised from the reward model or the SFT model.
+# full size: a second LM with a scalar head, initialised from the reward model or the SFT model, often of the policy's
+# size (not always: InstructGPT's value model started from its 6B reward model, for a 175B policy).
 # `grpo_fixed.completion_logits` already returns the output at the state $s_t$ (prompt plus the first $t$
 # completion tokens, with the padded batch's attention mask and positions) where token $t$ is chosen, so
 # $V_\phi(s_t)$ needs no new alignment code. The critic's code is the next three cells; the harness runs it as
@@ -768,9 +769,9 @@ assert extra == {("critic", "forward"): (1, N), ("critic", "forward+backward"): 
 # run 4 minibatch forward+backward passes of the policy (2 inner epochs $\times$ 2 minibatches = 2 full-batch
 # equivalents). The critic adds 1 forward over the batch (values for GAE) and 4 minibatch forward+backward
 # passes, and almost doubles the floats held for parameters, gradients and Adam state.
-# In PPO for LLMs the critic is typically as large as the policy: that is the memory GRPO saves. GRPO pays
-# instead with $G$ samples per prompt (generation typically takes most of the time of LLM RL), and PPO could use
-# $G=1$.
+# In PPO for LLMs the critic is a second LM, often of the policy's size: that is the memory GRPO saves. GRPO pays
+# instead with $G$ samples per prompt (autoregressive generation is often the largest share of an LLM RL step), and
+# PPO could use $G=1$.
 # Timing on this 2-core CPU machine (not compared by the tests):
 
 # %% tags=["nbval-ignore-output"]
@@ -1307,12 +1308,13 @@ for G in (2, 8, 32):
     assert e["no reset"]["mse"] > var_v and e["no reset"]["mse"] > e["group mean"]["mse"]
 
 # %% [markdown]
-# A critic conditions on the state it is given, so it needs no reset: this (and multi-turn, per-step
-# rewards) is where PPO-style value functions remain necessary.
+# A critic conditions on the state it is given, so it needs no reset: this is where a learned value function stays
+# necessary, and multi-turn episodes with per-step rewards are the usual case of it (no later state recurs $G$ times).
 #
 # > **You should know.** GRPO's baseline assumes you can draw $G$ i.i.d. completions of the *same* prompt;
-# > in an LLM with a fixed prompt that is free. When the state is not replayable, the group degenerates
-# > into a batch mean (what B9 does by accident when $B$ does not divide $G$) and you need $V_\phi(s)$.
+# > with a fixed prompt that costs only the $G$ generations (the state is the prompt, replayed at will). When the
+# > state is not replayable, the group degenerates into a batch mean (what B9 does by accident when $B$ does not
+# > divide $G$) and you need $V_\phi(s)$.
 #
 # <details><summary>Answer: could you group samples with <em>similar</em> states instead?</summary>
 #

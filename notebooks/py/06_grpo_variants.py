@@ -1652,8 +1652,8 @@ plt.show()
 # %% [markdown]
 # Masking truncated completions removed the push to stop that a truncated completion's tokens got: on this seed the
 # truncated fraction ended higher, 0.606 over the last 10 iterations against the twin's 0.562, completions ended longer
-# (6.686 tokens against 6.492), and the reward ended lower (0.070 against 0.117; the two curves agree for the first
-# dozen iterations). One seed: the direction of each gap is this run's, not a law. The soft penalty did the opposite and
+# (6.686 tokens against 6.492), and the reward ended lower (0.070 against 0.117). One seed: the direction of each gap
+# is this run's, not a law. The soft penalty did the opposite and
 # overshot: with C = 4 on T_max = 8 its ramp starts after length 4, and the runs' completions fell to 2.006 tokens on
 # average with almost none truncated (0.003), but the reward fell too (0.041). The penalty (−0.25 to −1 for every
 # completion longer than 4) is a far denser signal than the rare task reward, and the policy learned to stop before it
@@ -1662,8 +1662,10 @@ plt.show()
 # > **You should know.**
 # > - A truncated completion's reward says "did not finish", not "wrong": with a right answer that ran
 # >   over, its negative advantage pushes down the right answer's tokens along with the rambling.
-# > - Masking removes that noise and the push-down on truncated completions; only finished completions are
-# >   still pushed, so nothing discourages running to the limit: watch the truncated fraction.
+# > - Masking removes that noise and the direct push-down on truncated completions' tokens. Their low rewards
+# >   still enter the group mean, so a finished completion that scores above it gets a positive advantage, its
+# >   EOS included: an indirect pull toward finishing remains, the same as without the mask. Watch the truncated
+# >   fraction.
 # > - Symptom: a rising share of completions at the limit; statistic: the truncated fraction per iteration
 # >   (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`); fix: TRL
 # >   `mask_truncated_completions=True` together with a soft

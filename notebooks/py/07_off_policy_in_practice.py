@@ -144,7 +144,8 @@ assert all(value == 0 for value in first_step_gap.values())
 # <code>vllm_importance_sampling_cap</code>, deprecated since 1.6.0</td>
 # <td>"Whether to apply Importance Sampling (IS) to correct for the mismatch between vLLM completion logprobs
 # and recomputed training logprobs"; "For <code>*_truncate</code> modes, importance ratios are clipped from
-# above at C_max. For <code>*_mask</code> modes, ratios larger than C_max are set to zero." The ratio is
+# above at C_max. For <code>*_mask</code> modes, ratios larger than C_max are set to zero." and, under
+# <code>clip_min</code>, "For <code>*_mask</code> modes, ratios below C_min are set to zero." The ratio is
 # exp(old − sampling log-probs), per token or summed over the sequence (<code>grpo_trainer.py</code>). (The
 # docstring still calls <code>"token_truncate"</code> the default; the field's default is
 # <code>"sequence_mask"</code>.)</td></tr>
@@ -152,7 +153,8 @@ assert all(value == 0 for value in first_step_gap.values())
 # <code>RolloutCorrectionConfig</code> in <code>verl/trainer/config/algorithm.py</code>,
 # <code>verl/trainer/ppo/rollout_corr_helper.py</code></td>
 # <td><code>algorithm.rollout_correction.rollout_is</code> (<code>token</code>, <code>sequence</code>, or
-# <code>null</code>, the YAML's default: no weights), <code>algorithm.rollout_correction.rollout_is_threshold</code>
+# <code>null</code>, the YAML's default: no weights; the dataclass <code>RolloutCorrectionConfig</code> built in Python
+# defaults to <code>"sequence"</code>), <code>algorithm.rollout_correction.rollout_is_threshold</code>
 # (default <code>2.0</code>); the rollout's log-probs come from
 # <code>actor_rollout_ref.rollout.calculate_log_probs</code> (default <code>true</code>)</td>
 # <td>"token": "Per-token IS weights (low variance, biased)"; "sequence": "Per-sequence IS weights (unbiased, high
@@ -530,7 +532,8 @@ plt.show()
 # w) and max |log w| on the sampled tokens (the twins' `logprob_gap`). *Fix:* correct with importance weights: the
 # token-level truncated weights above are TRL 1.16.0's `vllm_importance_sampling_mode="token_truncate"` with
 # `vllm_importance_sampling_clip_max` (TRL's default mode, `"sequence_mask"`, keeps the raw sequence weight and zeroes
-# it above the bound; the correction runs only with `use_vllm=True`), and verl 0.9.1's
+# it above the bound, and below `vllm_importance_sampling_clip_min` when that is set; the correction runs only with
+# `use_vllm=True`), and verl 0.9.1's
 # `algorithm.rollout_correction.rollout_is` with `rollout_is_threshold`; and reduce the mismatch at the source, on both
 # sides: TRL 1.16.0's `cast_lm_head_to_fp32` (same `grpo_config.py`: "Whether to cast the language modeling head of the
 # policy and reference models to float32") casts the trainer's head only; the vLLM sampler's precision is set on the
@@ -1070,9 +1073,10 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 #    back the uncorrected update (0.1789). Truncation is harmless only when C sits above the weights that carry the
 #    signal. This is TRL 1.16.0's `vllm_importance_sampling_mode="token_truncate"` with
 #    `vllm_importance_sampling_clip_max` (default 3.0); TRL's default mode is `"sequence_mask"`, the raw sequence weight
-#    p(y)/q(y) set to 0 above that bound, and the correction (`vllm_importance_sampling_correction`, default `True`)
-#    runs only with `use_vllm=True`; verl 0.9.1 `algorithm.rollout_correction.rollout_is` (default null: no weights)
-#    with `rollout_is_threshold` (default 2.0) (notebook 07 §1).
+#    p(y)/q(y) set to 0 above that bound (and below `vllm_importance_sampling_clip_min` when it is set; its default is
+#    `None`), and the correction (`vllm_importance_sampling_correction`, default `True`) runs only with
+#    `use_vllm=True`; verl 0.9.1 `algorithm.rollout_correction.rollout_is` (YAML default null: no weights) with
+#    `rollout_is_threshold` (default 2.0) (notebook 07 §1).
 # 4. Uncorrected, the expected update is off by 5.79e-03 of its length with a bfloat16 sampler and 1.09e-01 with
 #    float8. Token-level weights leave 0.67, 0.45 and 0.44 of it (bfloat16, float16, float8); the sequence-level
 #    weight Π_t p(y_t)/q(y_t) = p(y)/q(y), the exact importance weight, removes it up to float rounding (at most
@@ -1101,7 +1105,8 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 #    1)² exactly when w < 1, so χ² below 2·KL needs weights below 1; in the stale runs they hold 0.65 and 0.68 of 2·KL
 #    (notebook 07 §3).
 # 7. Log the ESS of the raw weights π_trainer/π_sampler on the sampled tokens every iteration, read as 1 − ESS on
-#    a log scale, with the mismatch KL (k3 of log w) beside it. Numerics give a flat, tiny 1 − ESS that moves with
+#    a log scale, with the mismatch KL beside it (KL(π_sampler ‖ π_trainer), the k3 mean of w − 1 − log w over tokens
+#    drawn by the sampler). Numerics give a flat, tiny 1 − ESS that moves with
 #    the precision: every sampler run's lowest ESS is 0.989 or more, and no iteration falls below the 0.9 bound.
 #    Staleness grows with k: iterations below 0.9 number 0 at k = 0, 1 to 4 at k = 2 and 8 to 11 at k = 4 (across
 #    the three anchors). The fixes follow the source: truncated IS and float32 logits (notebook 07 §1), or the clip

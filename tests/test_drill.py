@@ -341,6 +341,38 @@ def test_make_drill_topic_asks_only_that_topic(tmp_path):
     assert len(asked) == 3 and all(q.topic == "stabilisers" for q in BANK if q.id in asked)
 
 
+def test_make_drill_id_asks_those_cards_even_when_answered_and_not_due(tmp_path):
+    log = tmp_path / "log.jsonl"
+    store = drill.ScoreStore(log)
+    ids = [BANK[3].id, BANK[1].id]
+    for qid in ids:
+        store.record(qid, 2)  # box 1: not due for a day
+    out = io.StringIO()
+    assert cli.main(["drill", "--seed", "0", "--id", ",".join(ids), "--scores", str(log)],
+                    stdin=io.StringIO("\n\n2\n\n\n2\n"), stdout=out) == 0
+    asked = [line.split("|")[-1].strip(" ]") for line in out.getvalue().splitlines() if line.startswith("[")]
+    assert sorted(asked) == sorted(ids)
+
+
+def test_make_drill_id_names_an_unknown_card(tmp_path, capsys):
+    assert cli.main(["drill", "--id", f"{BANK[0].id},no-such-card", "--scores", str(tmp_path / "l.jsonl")]) == 2
+    assert "no card 'no-such-card'" in capsys.readouterr().err
+
+
+def test_make_drill_export_writes_every_card_with_its_parts(tmp_path):
+    path = tmp_path / "cards.md"
+    out = io.StringIO()
+    assert cli.main(["drill", "--export", str(path), "--scores", str(tmp_path / "l.jsonl")], stdout=out) == 0
+    text = path.read_text()
+    assert out.getvalue().strip() == f"wrote {len(BANK)} cards to {path}"
+    assert text.count("**One-liner.**") == len(BANK) and text.count("**Follow-ups.**") == len(BANK)
+    for q in BANK:
+        assert f"`{q.id}`, backed by {drill.backed_by(q)}" in text and q.short in text
+        assert all(f"{i}. {f}" in text for i, f in enumerate(q.follow_ups, 1))
+    assert [line[3:] for line in text.splitlines() if line.startswith("## ")] == [
+        t for t in drill.TOPICS if any(q.topic == t for q in BANK)]
+
+
 # ----------------------------------------------------------------------------------------------
 # The answers log
 

@@ -263,26 +263,31 @@ assert f"{lopsided[0]:.2f} {min(lopsided):.2f} {lopsided[6]:.2f}" == "5.49 2.63 
 # Note the asymmetry: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of A > 0 − 1), is
 # 5.49 at k = 1 (−0.1155 against +0.0210) and never below 2.63 (at k = 7: −0.2110 against +0.0803): the
 # A < 0 tokens fall far further below 1 than the A > 0 tokens rise above it. Three things on this batch
-# push that way. To first order a token's log-prob moves in proportion to its $|A|$, and through the softmax
-# by $\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$, which is small for a token the policy already
-# likes (saturation); and a token's ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at
-# most 1), while the A < 0 tokens have no floor but 0. Mid-run the A > 0 tokens are the likely ones:
+# push that way. To first order a token's log-prob moves in proportion to its $|A|$ and, through the softmax,
+# to its squared room: a step $\eta A\,\nabla_z \log\pi(a) = \eta A (e_a - \pi)$ on its position's logits alone
+# moves $\log\pi(a)$ by $\eta A\,\lVert e_a - \pi\rVert^2$, between $(1 - \pi(a))^2$ and $2(1 - \pi(a))^2$ times
+# $\eta A$, small for a token the policy already likes (saturation; shared parameters add cross-effects); and a
+# token's ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), while the A < 0 tokens
+# have no floor but 0. Mid-run the A > 0 tokens are the likely ones:
 
 # %%
 old_prob = batch["old_logprobs"][batch["mask"]].exp()  # (n_tokens,)
-ceiling_share, size, room = {}, {}, {}
+ceiling_share, size, room, room_sq = {}, {}, {}, {}
 for label, sel in [("A>0", token_adv > 0), ("A<0", token_adv < 0)]:
     ceiling = 1 / old_prob[sel]  # the largest ratio this token can ever reach
     ceiling_share[label] = (ceiling < 1.2).float().mean().item()
     size[label], room[label] = token_adv[sel].abs().mean().item(), (1 - old_prob[sel]).mean().item()
+    room_sq[label] = ((1 - old_prob[sel]) ** 2).mean().item()  # the softmax self-effect's scale
     print(f"{label}: mean |A| {size[label]:.3f}, mean 1 - pi_old {room[label]:.3f}, mean pi_old(token) "
           f"{old_prob[sel].mean():.3f}, median ceiling 1/pi_old {ceiling.median():.3f}, "
           f"fraction with ceiling below 1.2: {ceiling_share[label]:.2f}")
-print(f"A<0 / A>0: mean |A| x{size['A<0'] / size['A>0']:.2f}, mean 1 - pi_old x{room['A<0'] / room['A>0']:.2f}")
+print(f"A<0 / A>0: mean |A| x{size['A<0'] / size['A>0']:.2f}, mean 1 - pi_old x{room['A<0'] / room['A>0']:.2f}, "
+      f"mean (1 - pi_old)^2 x{room_sq['A<0'] / room_sq['A>0']:.2f}")
 assert ceiling_share["A>0"] > ceiling_share["A<0"] and size["A<0"] > size["A>0"] and room["A<0"] > 2 * room["A>0"]
 assert [f"{old_prob[s].mean():.3f}" for s in (token_adv > 0, token_adv < 0)] == ["0.839", "0.624"]  # as quoted
 assert [f"{ceiling_share[k]:.2f}" for k in ("A>0", "A<0")] == ["0.54", "0.39"]
 assert [f"{size[k]:.3f} {room[k]:.3f}" for k in ("A>0", "A<0")] == ["0.867 0.161", "1.006 0.376"]  # as quoted
+assert f"{room_sq['A<0'] / room_sq['A>0']:.2f}" == "5.97"  # as quoted
 
 # %% [markdown]
 # Which tokens does the clip act on? The clipped surrogate $\min(\rho A, \text{clip}(\rho, 1-\epsilon, 1+\epsilon)A)$
@@ -314,7 +319,8 @@ plt.show()
 
 # %% [markdown]
 # The A > 0 tokens have mean $\pi_\text{old}$ 0.839 against 0.624 for A < 0, so their mean room to move,
-# $1 - \pi_\text{old}$, is 0.161 against 0.376 (2.3 times more for A < 0), and their mean $|A|$ is a little
+# $1 - \pi_\text{old}$, is 0.161 against 0.376 (2.3 times more for A < 0; its square, the scale of the softmax
+# self-effect, averages 5.97 times more), and their mean $|A|$ is a little
 # smaller too (0.867 against 1.006). And 54% of them have $\pi_\text{old} > 1/1.2$ (39% of the A < 0 tokens):
 # their ratio can *never* reach $1+\epsilon = 1.2$, so they can never be clipped. The A < 0 tokens have no
 # floor but 0, which is where the long left tail of the histograms comes from. (The sizes are this batch's; the

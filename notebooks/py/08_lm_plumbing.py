@@ -121,7 +121,8 @@ for ax, label, color in zip(axes, ("B12", "fixed"), (BUGGY, FIXED), strict=True)
                 {"alone": REFERENCE, "behind 3 PAD": color})
     ax.set_xlabel("completion token")
 axes[0].set_ylabel("log-prob")
-axes[0].legend(fontsize="small", loc="lower left")
+for ax in axes:  # each panel's own colours
+    ax.legend(fontsize="small", loc="lower left")
 plt.show()
 
 # %% [markdown]

@@ -578,9 +578,10 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
     elif bug_id == "B15":
         assert all(s["mixed_groups"] == 1 for s in run) and all(grpo_fixed.in_range(s, "adv_group_mean") for s in run)
         assert all(not grpo_fixed.in_range(s, "mixed_groups") for s in run) and "mixed_groups" not in PROGRESS
-        assert [name for s in run for name in PROGRESS if not grpo_fixed.in_range(s, name)] == ["grad_norm"]
+        printed = [s for s in run if s["iteration"] % 10 == 0 or s["iteration"] == len(run) - 1]  # the CLI's lines
+        assert not [name for s in printed for name in PROGRESS if not grpo_fixed.in_range(s, name)]
         quoted("B15", f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}",
-               "one is out of its healthy range at every iteration", "but for one gradient-norm spike")
+               "range at every iteration", "progress line a default run prints stays in its healthy ranges")
     elif bug_id == "B16":
         assert all(s["ref_gap"] == 0 for s in run)  # what the health check reads (not in the hint)
         quoted("B16", f"({last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f})",

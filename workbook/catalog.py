@@ -115,9 +115,9 @@ BUGS = [
     Bug("B8", "kl_to_reference", "KL estimator with the log-ratio reversed",
         symptom="the logged kl stays >= 0 (so no sign check fires) but reads 0.95 on average over the last 10 "
                 "iterations of a default run, where a healthy run logs 0.20, with spikes to 7; yet the policy's "
-                "exact KL to the reference (summed over the vocabulary) is no larger than a healthy run's (0.22 vs "
-                "0.23); the gradient norm spikes into the thousands (up to 4303, where a healthy run peaks at 12) "
-                "and the loss with it",
+                "exact KL to the reference (summed over the vocabulary, not logged: notebook 01 computes it) is no "
+                "larger than a healthy run's (0.22 vs 0.23); the gradient norm spikes into the thousands (up to "
+                "4303, where a healthy run peaks at 12) and the loss with it",
         stats=("kl", "grad_norm", "loss"),
         cards=("flipped-kl-sign", "k-estimators", "negative-k1"),
         probe="pi uniform on 3 tokens, pi_ref = softmax([2, 0, -2]), one copy of each token: the mean of k3 "
@@ -200,11 +200,10 @@ BUGS = [
         fix="counting the EOS tokens up to and including t drops the first EOS itself: count those strictly "
             "before t, so the mask ends on the first EOS"),
     Bug("B15", "repeat_prompts", "prompts tiled instead of repeated (a group holds G different prompts)",
-        symptom="the progress line stays in its healthy ranges but for one gradient-norm spike, the advantages "
-                "are centred (adv_group_mean at rounding level) and a default run ends at 0.66 where a healthy one "
-                "reaches 0.67; of the full statistics logged for each iteration (the run's history), one is out of "
-                "its healthy range at every iteration: find it, then print one sampled batch's prompts beside their "
-                "rewards and advantages",
+        symptom="the progress line a default run prints stays in its healthy ranges, the advantages are centred "
+                "(adv_group_mean at rounding level) and the run ends at 0.66 where a healthy one reaches 0.67; of "
+                "the full statistics logged for each iteration (the run's history), one is out of its healthy "
+                "range at every iteration",
         stats=("adv_group_mean", "reward"),
         source="PrimeIntellect-ai/prime-rl pull request 600 (prompts duplicated as [p1, p2] * n instead of [p1, p1, "
                "p2, p2], so each GRPO group mixed different prompts)",

@@ -127,7 +127,7 @@ CHECK_INFO = {
         ("kl",), "a NaN/-inf log-prob reached the KL term, or its formula is wrong", "any NaN/-inf source"),
     "entropy not collapsed": CheckInfo(
         ("entropy",), "a collapsed policy samples identical groups, so A = 0 and learning stops before the task "
-        "is solved", "collapse over many updates (e.g. no clipping); a too-high lr fires the clip-fraction and "
+        "is solved", "collapse over many updates; a too-high lr fires the clip-fraction and "
         "grad-norm checks first (notebook 03 §6.3)", SOLVED),
     "loss finite": CheckInfo(
         ("loss", "nonfinite_steps"), "a skipped step is silently lost data; a NaN step that is not skipped "

@@ -267,7 +267,8 @@ assert [drill.interval(b).days for b in range(drill.MAX_BOX + 1)] == [0, 1, 2, 4
 # rest, its section, two follow-ups to answer aloud) and the seconds since the question appeared, the score
 # buttons record your score (with those seconds) and draw the next question. Scores are appended to
 # `practice/history.jsonl`, the terminal drill's log (both only append, so neither loses the other's answers;
-# nothing is written until you score a card); set `SAVE_SCORES = False` to keep them in memory only.
+# nothing is written until you score a card, beyond a one-time copy of an older `practice/drill_scores.json`);
+# set `SAVE_SCORES = False` to keep them in memory only.
 
 # %% tags=["nbval-ignore-output"]
 SAVE_SCORES = True

@@ -1307,7 +1307,8 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # >   this toy: 90% of steps) is a rescale, not a guard.
 # > - Pick c from the pre-clip norm distribution of a healthy stretch (a high percentile) and log the
 # >   clip rate: a rate far above what the percentile promises is an alarm; a rate near 1 means c has
-# >   become a learning rate under SGD (under Adam the rescale mostly cancels: no longer a guard either way).
+# >   turned SGD into normalised gradient descent, a step size lr·c/‖g‖ that changes every step (under Adam
+# >   the rescale mostly cancels): no longer a guard either way.
 # > - Under Adam a spike's step is bounded (about 3·lr late in training, smaller early), then momentum carries
 # >   its direction for about ten steps and the inflated second moment stalls that coordinate for thousands.
 # > - Log the **pre-clip** norm (as `optimizer_step` returns): the post-clip norm is always ≤ c and
@@ -1316,7 +1317,7 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # <details><summary>Question: in the glitch runs, c = 0.1 did as well as the cap picked from the healthy
 # distribution (0.383 vs 0.372). Should you cap at a tenth of the median norm? (Answer)</summary>
 #
-# No. Its clip rate is 100%: every gradient is rescaled to norm c (a learning rate under SGD; under Adam
+# No. Its clip rate is 100%: every gradient is rescaled to norm c (normalised gradient descent under SGD; under Adam
 # mostly cancelled, so all it does is weigh every batch the same), and what
 # it "fixed" is a reward that is broken on a third of the batches. The clip rate of the sensible cap
 # (37.5%, the glitch batches and 2 more steps) is the signal to go and fix the reward or restore the
@@ -1354,7 +1355,7 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # <td>gradient spikes, and under Adam the momentum carry-over and long stall after one (late in the toy: back
 # to half speed 5807 steps after the spike)</td>
 # <td>also shortens legitimate large steps; c is read off the pre-clip norms and judged by its clip rate
-# (a rate near 1 turns it into a learning rate under SGD; under Adam mostly cancelled)</td>
+# (a rate near 1 turns SGD into normalised gradient descent; under Adam mostly cancelled)</td>
 # </tr>
 # </table>
 #

@@ -1308,8 +1308,10 @@ for G in (2, 8, 32):
     assert e["no reset"]["mse"] > var_v and e["no reset"]["mse"] > e["group mean"]["mse"]
 
 # %% [markdown]
-# A critic conditions on the state it is given, so it needs no reset: this is where a learned value function stays
-# necessary, and multi-turn episodes with per-step rewards are the usual case of it (no later state recurs $G$ times).
+# A critic conditions on the state it is given, so it needs no reset: where per-step credit is needed and the
+# intermediate states cannot be replayed (a mid-episode environment state, unlike a prompt), a learned value
+# function earns its cost. (Multi-turn episodes whose first state is replayable can still be grouped as whole
+# trajectories; what the group then cannot give is per-turn credit.)
 #
 # > **You should know.** GRPO's baseline assumes you can draw $G$ i.i.d. completions of the *same* prompt;
 # > with a fixed prompt that costs only the $G$ generations (the state is the prompt, replayed at will). When the

@@ -1664,8 +1664,8 @@ plt.show()
 # >   over, its negative advantage pushes down the right answer's tokens along with the rambling.
 # > - Masking removes that noise and the direct push-down on truncated completions' tokens. Their low rewards
 # >   still enter the group mean, so a finished completion that scores above it gets a positive advantage, its
-# >   EOS included: an indirect pull toward finishing remains, the same as without the mask. Watch the truncated
-# >   fraction.
+# >   EOS included: an indirect pull toward finishing remains (with a token-mean loss the normaliser shrinks
+# >   too, so the surviving tokens weigh more). Watch the truncated fraction.
 # > - Symptom: a rising share of completions at the limit; statistic: the truncated fraction per iteration
 # >   (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`); fix: TRL
 # >   `mask_truncated_completions=True` together with a soft

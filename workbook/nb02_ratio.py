@@ -140,8 +140,9 @@ RATIO_LIMITS = (1e-4, 1e3)
 """drift figure's ratio axis: the notebook's slider positions span about 2e-4 to 76 (lr = 1e-2); the top decade
 holds the note 'clipping engages at k=...' clear of the data"""
 DRIFT_CAPTION = ("Band: 5-95% of the true ratio pi_k / pi_old, thin lines: its min and max; circles (solid): mean "
-                 "ratio of the A>0 tokens, squares (dashed): of the A<0 tokens; dotted black: mean ratio the loss "
-                 "sees; dashed grey: the clip window. Bars: token fraction the loss clipped (filled) and outside the "
+                 "ratio of the A>0 tokens, squares (dashed): of the A<0 tokens (on this log axis they sit close to 1 "
+                 "and to each other: §3 prints them); dotted black: mean ratio the loss sees; dashed grey: the clip "
+                 "window. Bars: token fraction the loss clipped (filled) and outside the "
                  "window on the side A pushes but not clipped by the loss (outlined); a bar "
                  f"{BAR_SCALE:.0%} of the panel high = all tokens. Vertical line: first step where clipping engages.")
 """what the drift figure's artists are (a caption under the image: cheaper than a legend in every redraw)"""

@@ -215,7 +215,8 @@ def panel_says(page, panel, text: str, timeout_s: float = 120) -> None:
 
 def test_a_round_drawn_graded_and_hinted_from_notebook_00(page, lab_url, lab_dir, shots):
     """Notebook 00 runs clean; its panel draws a round into practice/, grades it (nothing fixed yet), gives
-    level-1 hints, and its link opens the round file in the Lab's editor."""
+    the first remaining bug's level-1 hint, then the third's (the bug-number field), and its link opens the
+    round file in the Lab's editor."""
     run_clean(page, lab_url, START)
     assert not (lab_dir / "practice").exists(), "Run All of notebook 00 wrote into practice/"
     width = page.evaluate(lab.OUTPUT_WIDTH_JS)
@@ -227,6 +228,11 @@ def test_a_round_drawn_graded_and_hinted_from_notebook_00(page, lab_url, lab_dir
     assert (lab_dir / "practice" / "round_1.py").is_file()
     panel.get_by_role("button", name="Grade").click()
     panel_says(page, panel, "0 of 3 fixed")
+    panel.get_by_role("button", name="Hint").click()
+    panel_says(page, panel, "hint 1 of 3 (level 1)")
+    number = panel.locator("input[type=number]")  # the bug-number field: one remaining bug's hint at a time
+    number.fill("3")
+    number.press("Enter")
     panel.get_by_role("button", name="Hint").click()
     panel_says(page, panel, "hint 3 of 3 (level 1)")
     panel.screenshot(path=str(shots / "practice_panel.png"), timeout=30_000)

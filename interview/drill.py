@@ -435,14 +435,21 @@ def wrap(text: str, indent: str = "  ") -> str:
                          break_on_hyphens=False)
 
 
+FOLLOW_UPS_HEADING = "Follow-ups an interviewer asks next (answer them too):"
+
+
+def follow_ups(q: Question, bank: list[Question] = ()) -> list[str]:
+    """The card's follow-up questions; one that is another card's question in `bank` names that card, where its
+    answer is."""
+    cards = {" ".join(c.question.split()): c.id for c in bank}
+    return [f + (f" (card {cards[f]})" if f in cards else "") for f in q.follow_ups]
+
+
 def model_answer(q: Question, bank: list[Question] = ()) -> list[str]:
     """The model answer as the drill shows it: the one-liner, the rest, the section that backs it and the
-    follow-up questions to answer next (aloud, before scoring); a follow-up that is another card's question in
-    `bank` names that card, where its answer is."""
-    cards = {" ".join(c.question.split()): c.id for c in bank}
-    return [f"One-liner: {q.short}", q.answer, f"Backed by {backed_by(q)}.",
-            "Follow-ups an interviewer asks next (answer them too):",
-            *(f"{i}. {f}" + (f" (card {cards[f]})" if f in cards else "") for i, f in enumerate(q.follow_ups, 1))]
+    numbered follow-up questions to answer next (aloud, before scoring)."""
+    return [f"One-liner: {q.short}", q.answer, f"Backed by {backed_by(q)}.", FOLLOW_UPS_HEADING,
+            *(f"{i}. {f}" for i, f in enumerate(follow_ups(q, bank), 1))]
 
 
 def timing(seconds: float, budget: float, what: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from interview import history
 from interview.drill import (
     BUDGET_SECONDS,
+    FOLLOW_UPS_HEADING,
     ONE_LINER_SECONDS,
     SCORE_MEANING,
     SCORES,
@@ -19,6 +20,7 @@ from interview.drill import (
     ScoreStore,
     Session,
     backed_by,
+    follow_ups,
     model_answer,
 )
 
@@ -108,8 +110,7 @@ class DrillCard:
                 parts.append(f"<p><b>One-liner:</b> {html.escape(q.short)}</p>")
                 parts.append(f"<p>{html.escape(' '.join(q.answer.split()))}</p>")
                 parts.append(f"<p><i>Backed by {html.escape(backed_by(q))}.</i></p>")
-                follow_ups = model_answer(q, self.bank)[4:]
-                items = "".join(f"<li>{html.escape(line.split('. ', 1)[1])}</li>" for line in follow_ups)
-                parts.append(f"<p>Follow-ups an interviewer asks next (answer them too):</p><ol>{items}</ol>")
+                items = "".join(f"<li>{html.escape(f)}</li>" for f in follow_ups(q, self.bank))
+                parts.append(f"<p>{html.escape(FOLLOW_UPS_HEADING)}</p><ol>{items}</ol>")
         parts.append(f"<p><small>{html.escape(self.status)}</small></p>")
         self.view.value = "\n".join(parts)

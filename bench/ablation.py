@@ -74,12 +74,11 @@ def readme_rows(text: str) -> dict[str, str]:
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and re.fullmatch(r"\d/\d+/\d+|\d+/\d+/\d+", cells[4]):
+        if len(cells) == 5 and re.fullmatch(r"\d+/\d+/\d+", cells[4]):
             name = README_RUN.get(cells[0], cells[0])
             rows[name] = " ".join(cells[1:])
         elif len(cells) == 5 and (m := re.fullmatch(r"`(\w+)Task` \(.*\)", cells[0])) and "->" in cells[3]:
-            task = {"Echo": "echo", "Reverse": "reverse", "SparseMatch": "sparse", "Length": "length",
-                    "Ramble": "ramble"}.get(m[1], m[1].lower())
+            task = {cls.__name__: key for key, cls in TASKS.items()}[f"{m[1]}Task"]  # `EchoTask` -> "echo"
             rows[f"{task}/fixed"], rows[f"{task}/buggy"] = cells[3], cells[4]
     return rows
 
@@ -105,7 +104,7 @@ def check(rows: dict[str, tuple[str, str]], readme: dict[str, str]) -> list[str]
 
 def report(name, module, task, seeds):
     """Train `module` on `task` for each seed with default settings; print one table row; return its cells as the
-    README prints them: ("r0 r1 r2 n0/n1/n2", seed 0's "first5 -> last10" or "")."""
+    README's ablation table prints them ("r0 r1 r2 n0/n1/n2") and seed 0's unrounded "first5 -> last10" (or "")."""
     start = time.perf_counter()
     histories = [module.train(task, seed=s) for s in seeds]
     summaries = [grpo_support.summarize_run(h, 0.0) for h in histories]  # the CLI's summary

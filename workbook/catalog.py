@@ -115,8 +115,9 @@ BUGS = [
     Bug("B8", "kl_to_reference", "KL estimator with the log-ratio reversed",
         symptom="the logged kl stays >= 0 (so no sign check fires) but reads 0.95 on average over the last 10 "
                 "iterations of a default run, where a healthy run logs 0.20, with spikes to 7; yet the policy's "
-                "exact KL to the reference (summed over the vocabulary, not logged: notebook 01 computes it) is no "
-                "larger than a healthy run's (0.22 vs 0.23); the gradient norm spikes into the thousands (up to "
+                "exact KL to the reference (summed over the vocabulary; not logged, so compute it from the two models' "
+                "logits, as notebook 01 §13 does on a shorter run) averages no more than a healthy run's over the "
+                "same 10 iterations (0.22 vs 0.23); the gradient norm spikes into the thousands (up to "
                 "4303, where a healthy run peaks at 12) and the loss with it",
         stats=("kl", "grad_norm", "loss"),
         cards=("flipped-kl-sign", "k-estimators", "negative-k1"),

@@ -7,7 +7,8 @@
     answer is a new card, weakest first, a topic filter, and the draw itself with a fixed seed;
   - the answers log: two writers never lose each other's answers, an old scores file is read once;
   - the terminal loop on injected streams: scores and seconds saved, EOF and Ctrl-C end it cleanly;
-  - the card widget: its buttons clicked from Python.
+  - the card widget: its buttons clicked from Python, its browser-side timer started on Next and stopped on
+    Reveal, its link to the cited section's heading cell (none when the section does not resolve).
 Scores go to tmp_path or memory only: nothing touches practice/.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import html
 import io
 import json
 import random
@@ -101,6 +103,13 @@ NOT_FROM_THE_SECTION = {  # card id -> the numbers it quotes from elsewhere, and
     "eps-role": {"1e-8"},  # the twins' default eps (group_advantage's signature)
     "gspo": {"3e-4"},  # the GSPO paper's clip ranges
     "lr-warmup-adam": {"1e-8"},  # torch.optim.Adam's default eps (PyTorch 2.13.0)
+    # verl 0.9.1 defaults: data.train_batch_size 1024 (verl/trainer/config/data/legacy_data.yaml),
+    # actor.ppo_mini_batch_size 256 (verl/trainer/config/actor/actor.yaml)
+    "steps-per-rollout": {"1024", "256"},
+    # Stable-Baselines3 2.8.0 stops at approx_kl > 1.5 * target_kl (stable_baselines3/ppo/ppo.py); verl 0.9.1's
+    # AdaptiveKLController clips the proportional error to [-0.2, 0.2] (verl/trainer/ppo/core_algos.py), and
+    # algorithm.kl_ctrl.horizon defaults to 10000 (verl/trainer/config/ppo_trainer.yaml)
+    "approx-kl-early-stop": {"0.2", "1.5", "10000"},
 }
 
 
@@ -555,7 +564,7 @@ def test_card_buttons_clicked_from_python():
     card.next_button.click()
     first = card.current
     assert card.text().splitlines()[1] == " ".join(first.question.split())
-    assert "Answer:" not in card.text() and first.answer.split()[0] not in card.view.value.split("<b>")[0]
+    assert "Answer:" not in card.text() and first.answer.split()[0] not in card.html.split("<b>")[0]
     card.score_buttons[2].click()  # scoring before the reveal does nothing
     assert store.history(first.id) == [] and card.current is first
 
@@ -563,7 +572,8 @@ def test_card_buttons_clicked_from_python():
     shown = card.text().splitlines()
     assert shown[2:4] == [f"One-liner: {first.short}", " ".join(first.answer.split())]
     assert shown[6:8] == [" ".join(line.split()) for line in drill.model_answer(first, BANK)[4:]]
-    assert f"Backed by {first.ref}" in card.text() and "Backed by" in card.view.value
+    assert f"Backed by {first.ref}" in card.text() and "Backed by" in card.html
+    assert card.view.outputs[0]["data"] == {"text/html": card.html, "text/plain": card.text()}
     assert card.reveal_button.disabled and not any(b.disabled for b in card.score_buttons.values())
 
     card.score_buttons[2].click()
@@ -599,3 +609,107 @@ def test_card_records_the_seconds_shown_on_reveal_and_requeues_a_zero():
         card.score_buttons[2].click()
         seen.append(card.current.id)
     assert first.id in seen[3:]
+
+
+def test_card_timer_starts_on_next_and_stops_on_reveal():
+    """The timer ticks in the browser: a hidden Play (1 s steps, stops by itself at twice the budget) drives the
+    bar (full at the budget) and the seconds box through one-way browser-side links. From the kernel: Next sends
+    "stop", then "from min, playing" in one message (the browser's first step, taken at once, shows 0 s);
+    Reveal stops it where it is; a score starts it again for the next card; no card left hides it at 0."""
+    store = drill.ScoreStore(None)
+    card = drill_card.DrillCard(BANK[:3], store, random.Random(0))
+    timer = card.timer
+    assert (timer.interval, timer.min, timer.max, timer.layout.display) == (1000, -1, 2 * drill.BUDGET_SECONDS, "none")
+    assert (card.timer_bar.min, card.timer_bar.max) == (0, drill.BUDGET_SECONDS)
+    assert [(link.source, link.target) for link in card.timer_links] == [
+        ((timer, "value"), (card.timer_bar, "value")), ((timer, "value"), (card.timer_seconds, "value"))]
+    assert all(type(link).__name__ == "DirectionalLink" for link in card.timer_links)
+    assert not timer.playing and card.timer_row.layout.display == "none"  # no question yet
+
+    sent = []
+    timer._send = lambda msg, buffers=None: sent.append(msg["state"])
+    card.next_button.click()
+    assert timer.playing and timer.value == timer.min and card.timer_row.layout.display is None
+    assert sent == [{"value": -1, "playing": True}]
+
+    timer.value, sent[:] = 40, []  # the browser ticked for 40 s (its value synced back)
+    card.next_button.click()  # skip: the timer starts again from 0 s
+    assert sent == [{"playing": False}, {"value": -1, "playing": True}]
+
+    timer.value = 12
+    card.reveal_button.click()
+    assert not timer.playing and timer.value == 12  # stopped where the reader saw it
+    card.score_buttons[2].click()  # the third card: the timer starts again
+    assert timer.playing and timer.value == timer.min
+    card.reveal_button.click()
+    card.score_buttons[2].click()  # the skipped card waits for another session: nothing left today
+    assert card.current is None and not timer.playing and timer.value == 0
+    assert card.timer_row.layout.display == "none"
+
+
+def test_card_links_the_cited_section_in_its_notebook():
+    """On reveal, "Backed by notebook NN §K (title)" links to the sibling notebook file and the id of the cell
+    holding the `## K.` heading (JupyterLab opens it in a new tab, scrolled to that cell); the text stays."""
+    card = drill_card.DrillCard(BANK, drill.ScoreStore(None), random.Random(0))
+    card.next_button.click()
+    assert "<a " not in card.html  # nothing before the reveal
+    card.reveal_button.click()
+    q = card.current
+    href = drill_card.section_href(q)
+    name = drill.notebook_source(q.notebook).stem + ".ipynb"
+    assert re.fullmatch(re.escape(name) + r"#cell-id=[A-Za-z0-9_-]+", href), href
+    link = f'<a href="{html.escape(href)}" title="open this section">{html.escape(drill.backed_by(q))}</a>'
+    assert f"<p><i>Backed by {link}.</i></p>" in card.html
+    assert f"Backed by {drill.backed_by(q)}." in card.text().splitlines()  # the plain text is unchanged
+
+
+def test_every_card_links_the_heading_cell_of_its_section():
+    for q in BANK:
+        href = drill_card.section_href(q)
+        assert href is not None, f"{q.id}: {q.ref} has no heading cell in its notebook file"
+        name, cell_id = href.split("#cell-id=")
+        cells = json.loads((drill.NOTEBOOK_SOURCES.parent / name).read_text())["cells"]
+        (cell,) = [c for c in cells if c.get("id") == cell_id]
+        source = "".join(cell["source"])
+        assert cell["cell_type"] == "markdown" and f"## {q.section}. {drill.section_title(q)}" in source, q.id
+
+
+def test_section_href_on_a_synthetic_notebook(tmp_path):
+    sources = tmp_path / "notebooks" / "py"
+    sources.mkdir(parents=True)
+    (sources / "02_two.py").write_text("")
+    (sources / "03_no_file.py").write_text("")
+    cells = [{"cell_type": "markdown", "id": "intro", "source": ["# 02 Two\n"]},
+             {"cell_type": "code", "id": "code", "source": ["## 1. not a heading: code\n"]},
+             {"cell_type": "markdown", "id": "one", "source": ["## 1. One\n", "\n", "text\n"]},
+             {"cell_type": "markdown", "id": "later", "source": "Prose, then\n## 2. Two & <b>\n"},
+             {"cell_type": "markdown", "id": "dup", "source": ["## 2. Two again\n"]},
+             {"cell_type": "markdown", "source": ["## 3. Before cell ids (nbformat 4.4)\n"]}]
+    (tmp_path / "notebooks" / "02_two.ipynb").write_text(json.dumps({"cells": cells}))
+    q = dataclasses.replace(BANK[0], notebook=2, section=1)
+    assert drill_card.section_href(q, sources) == "02_two.ipynb#cell-id=one"
+    assert drill_card.section_href(dataclasses.replace(q, section=2), sources) == "02_two.ipynb#cell-id=later"
+    assert drill_card.section_href(dataclasses.replace(q, section=3), sources) == "02_two.ipynb"
+    assert drill_card.section_href(dataclasses.replace(q, section=4), sources) is None
+    assert drill_card.section_href(dataclasses.replace(q, notebook=3), sources) is None  # no .ipynb yet
+    assert drill_card.section_href(dataclasses.replace(q, notebook=4), sources) is None  # no notebook at all
+
+
+@pytest.mark.parametrize("where", [{"section": 99}, {"notebook": 99}])
+def test_a_section_that_does_not_resolve_has_no_link(where):
+    q = dataclasses.replace(BANK[0], **where)
+    card = drill_card.DrillCard([q], drill.ScoreStore(None), random.Random(0))
+    card.next_button.click()
+    card.reveal_button.click()
+    assert drill_card.section_href(q) is None
+    assert f"<p><i>Backed by {q.ref}.</i></p>" in card.html and "<a " not in card.html
+
+
+def test_card_html_escapes_the_link_and_its_text(monkeypatch):
+    monkeypatch.setattr(drill_card, "section_href", lambda q: 'a"b.ipynb#cell-id=<x>')
+    monkeypatch.setattr(drill_card, "backed_by", lambda q: 'notebook 02 §3 (<T> & "q")')
+    card = drill_card.DrillCard(BANK, drill.ScoreStore(None), random.Random(0))
+    card.next_button.click()
+    card.reveal_button.click()
+    assert ('Backed by <a href="a&quot;b.ipynb#cell-id=&lt;x&gt;" title="open this section">'
+            'notebook 02 §3 (&lt;T&gt; &amp; &quot;q&quot;)</a>.') in card.html

@@ -1,5 +1,6 @@
 """workbook/nb02_ratio.py, the machinery of notebook 02: snapshots restore exactly, cached replays equal fresh
-ones, the drift figure shows what the traces hold, and the audit runner tells the fixed twin from B3."""
+ones, the drift figure shows what the traces hold (its lower strip: the mean A log ratio), and the audit runner
+tells the fixed twin from B3."""
 
 from __future__ import annotations
 
@@ -99,6 +100,11 @@ def test_drift_figure_shows_the_traces(snap, token_adv):
         assert result["first_clip_fixed"] == first
         assert panel.first.get_visible() == (first is not None)
         assert [line.get_ydata()[0] for line in panel.window] == pytest.approx([0.8, 1.2])
+        weighted = [(token_adv * r.log()).mean().item() for r in fixed["ratio"]]  # the lower strip: mean A log rho
+        assert list(panel.weighted.get_ydata()) == pytest.approx(weighted) and weighted[0] == 0
+        assert result["last_weighted_fixed"] == pytest.approx(weighted[-1])
+        lo, hi = nb02_ratio.WEIGHTED_LIMITS
+        assert panel.weighted.axes.get_ylim() == (lo, hi) and all(lo < w < hi for w in weighted)
     finally:
         plt.close(fig.fig)
 

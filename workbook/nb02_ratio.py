@@ -139,12 +139,17 @@ BAR_SCALE = 0.6
 RATIO_LIMITS = (1e-4, 1e3)
 """drift figure's ratio axis: the notebook's slider positions span about 2e-4 to 76 (lr = 1e-2); the top decade
 holds the note 'clipping engages at k=...' clear of the data"""
-DRIFT_CAPTION = ("Band: 5-95% of the true ratio pi_k / pi_old, thin lines: its min and max; circles (solid): mean "
-                 "ratio of the A>0 tokens, squares (dashed): of the A<0 tokens (on this log axis they sit close to 1 "
-                 "and to each other: §3 prints them); dotted black: mean ratio the loss sees; dashed grey: the clip "
-                 "window. Bars: token fraction the loss clipped (filled) and outside the "
-                 "window on the side A pushes but not clipped by the loss (outlined); a bar "
-                 f"{BAR_SCALE:.0%} of the panel high = all tokens. Vertical line: first step where clipping engages.")
+WEIGHTED_LIMITS = (-0.25, 0.5)
+"""drift figure's lower strip (mean A log ratio): the notebook's slider positions span about -0.14 (fixed twin,
+lr = 1e-2, k = 5) to +0.37 (B3, lr = 3e-3, k = 13)"""
+DRIFT_CAPTION = ("Top: band: 5-95% of the true ratio pi_k / pi_old, thin lines: its min and max; dotted black: mean "
+                 "ratio the loss sees; dashed grey: the clip window. Bars: token fraction the loss clipped (filled) "
+                 "and outside the window on the side A pushes but not clipped by the loss (outlined); a bar "
+                 f"{BAR_SCALE:.0%} of the panel high = all tokens. Vertical line: first step where clipping engages. "
+                 "Bottom: mean of A log(pi_k / pi_old) over the tokens, the quantity a small step from pi_old raises "
+                 "(to first order, without momentum); later and larger steps can lower it. Not guaranteed: the mean "
+                 "ratio of the A>0 tokens above 1 and of the A<0 tokens below it; at a large step the two can swap "
+                 "(§3 prints both at lr 1e-2).")
 """what the drift figure's artists are (a caption under the image: cheaper than a legend in every redraw)"""
 
 
@@ -154,12 +159,13 @@ def choice(values, value, description: str, fmt: str = "g"):
 
 
 class _DriftPanel:
-    """One side of the drift figure: per inner step k on a log axis, min-max (thin) and 5-95% (band) of the
-    true ratio, its A>0 / A<0 means, the mean ratio the loss saw (dotted black), the clip window (dashed grey);
-    bars at the bottom: token fraction the loss clipped (filled), and outside the window on the side A pushes
-    but not clipped by the loss (outlined); a vertical line at the first step where clipping engages."""
+    """One side of the drift figure. Top (ax), per inner step k on a log axis: min-max (thin) and 5-95% (band)
+    of the true ratio, the mean ratio the loss saw (dotted black), the clip window (dashed grey); bars at the
+    bottom: token fraction the loss clipped (filled), and outside the window on the side A pushes but not
+    clipped by the loss (outlined); a vertical line at the first step where clipping engages. Below it (ax_w,
+    linear): the mean over tokens of A_t log rho_t, the quantity a first-order step raises."""
 
-    def __init__(self, ax, color: str, max_steps: int):
+    def __init__(self, ax, ax_w, color: str, max_steps: int):
         self.ax, self.color = ax, color
         ks = list(range(max_steps))
         ones = [1.0] * max_steps
@@ -169,13 +175,10 @@ class _DriftPanel:
         ax.minorticks_off()
         ax.set_xlim(-0.5, max_steps - 0.5)  # fixed: the trace grows to the right as steps are added
         ax.set_xticks(range(0, max_steps, 3))  # few fixed ticks: tick layout is most of a redraw's cost
-        ax.set_xlabel("inner step k")
         (self.band,) = ax.fill(ks + ks[::-1], ones + ones, color=color, alpha=0.18, lw=0,
                                label="true ratio, 5-95%")  # one polygon: 5% quantiles out, 95% back
         (self.lo,) = ax.plot(ks, ones, color=color, lw=0.7, label="true ratio, min / max")
         (self.hi,) = ax.plot(ks, ones, color=color, lw=0.7)
-        (self.pos,) = ax.plot(ks, ones, "-o", color=color, ms=3, label="mean, A>0")
-        (self.neg,) = ax.plot(ks, ones, "--s", color=color, ms=3, label="mean, A<0")
         (self.seen,) = ax.plot(ks, ones, ":", color="k", label="mean ratio the loss sees")
         self.window = [ax.axhline(1.0, color="grey", ls="--", lw=0.8) for _ in range(2)]
         on_axes = blended_transform_factory(ax.transData, ax.transAxes)  # x in steps, y in panel height
@@ -187,18 +190,22 @@ class _DriftPanel:
         self.first = ax.axvline(0, color=color, lw=1.5)
         on_top = blended_transform_factory(ax.transData, ax.transAxes)  # x in steps, y in panel height
         self.note = ax.text(0.3, 0.97, "", color=color, fontsize="small", va="top", transform=on_top)  # above the data
+        ax_w.set_ylim(*WEIGHTED_LIMITS)  # fixed: every slider position fits (see WEIGHTED_LIMITS)
+        ax_w.set_yticks([-0.2, 0.0, 0.2, 0.4])
+        ax_w.axhline(0.0, color="grey", lw=0.8)
+        ax_w.set_xlabel("inner step k")
+        (self.weighted,) = ax_w.plot(ks, [0.0] * max_steps, "-o", color=color, ms=3)  # mean A log rho per step
 
     def update(self, trace: dict, token_adv, clip: float, clipped_fn) -> dict:
         ratios = trace["ratio"]
         steps = len(ratios)
         ks = list(range(steps))
         band = torch.stack([torch.quantile(r, torch.tensor([0.0, 0.05, 0.95, 1.0])) for r in ratios])  # (K, 4)
-        pos, neg = zip(*(sign_means(r, token_adv) for r in ratios), strict=True)
         self.band.set_xy(list(zip(ks + ks[::-1], band[:, 1].tolist() + band[:, 2].flip(0).tolist(), strict=True)))
         self.lo.set_data(ks, band[:, 0])
         self.hi.set_data(ks, band[:, 3])
-        self.pos.set_data(ks, pos)
-        self.neg.set_data(ks, neg)
+        weighted = [(token_adv * r.log()).mean().item() for r in ratios]  # mean A_t log rho_t, per step
+        self.weighted.set_data(ks, weighted)
         self.seen.set_data(ks, [r.mean().item() for r in trace["loss_ratio"]])
         for line, edge in zip(self.window, (1 - clip, 1 + clip), strict=True):
             line.set_ydata([edge, edge])
@@ -215,7 +222,8 @@ class _DriftPanel:
         self.note.set_x(0.3 if first is None else first + 0.3)
         self.note.set_text("clipping never engages" if first is None else f"clipping engages at k={first}")
         last = ratios[-1]
-        return dict(first_clip=first, last_min=last.min().item(), last_max=last.max().item(), last_outside=outside[-1])
+        return dict(first_clip=first, last_min=last.min().item(), last_max=last.max().item(), last_outside=outside[-1],
+                    last_weighted=weighted[-1])
 
 
 class DriftFigure:
@@ -224,11 +232,13 @@ class DriftFigure:
 
     def __init__(self, max_steps: int, clipped_fn):
         self.clipped_fn = clipped_fn
-        self.fig, (ax_b, ax_f) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True, layout="constrained")
+        self.fig, ((ax_b, ax_f), (w_b, w_f)) = plt.subplots(2, 2, figsize=(9, 4.6), sharex=True, sharey="row",
+                                                            height_ratios=(3, 1.2), layout="constrained")
         ax_b.set_title("B3: old log-probs recomputed each step", color=BUGGY, fontsize="medium")
         ax_f.set_title("grpo_fixed: old log-probs cached once", color=FIXED, fontsize="medium")
         ax_b.set_ylabel("ratio pi_k / pi_old (log scale)")
-        self.buggy, self.fixed = _DriftPanel(ax_b, BUGGY, max_steps), _DriftPanel(ax_f, FIXED, max_steps)
+        w_b.set_ylabel("mean A log ratio")
+        self.buggy, self.fixed = _DriftPanel(ax_b, w_b, BUGGY, max_steps), _DriftPanel(ax_f, w_f, FIXED, max_steps)
         self.title = self.fig.suptitle(" ", fontsize="medium")
 
     def update(self, buggy: dict, fixed: dict, token_adv, lr: float, clip: float) -> dict:

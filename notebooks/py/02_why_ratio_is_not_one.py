@@ -20,10 +20,13 @@
 #
 # After this notebook you can say, with numbers to back it:
 #
-# 1. The ratio is **exactly** 1 at the first inner step when old log-probs are cached once, and only
-#    there: every later minibatch, even one never trained on, sees a policy that already moved.
-# 2. The drift has a sign: tokens with A > 0 drift to ratio > 1, tokens with A < 0 to ratio < 1,
-#    which is exactly the side of the clip window that each one hits.
+# 1. The ratio is **exactly** 1 at the first inner step when old log-probs are cached once by the same forward
+#    as the loss's (same weights and code path, no dropout), and only there: every later minibatch, even one
+#    never trained on, sees a policy that already moved.
+# 2. What the drift's sign guarantees: to first order, one step raises the advantage-weighted log-ratio
+#    $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$. At small steps that shows as A > 0
+#    tokens drifting above ratio 1 and A < 0 tokens below on average, toward the side of the clip window each
+#    one hits; at a large step the per-sign mean ratios can swap while the weighted log-ratio stays positive.
 # 3. When clipping engages, and what it does and does not bound.
 # 4. The illegitimate reasons for ratio ≠ 1 (or for a ratio that is 1 when it should not be): the
 #    recomputed-old-log-probs trap (B3), dropout (and why "the same mode for both passes" is not enough),
@@ -186,8 +189,10 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 #   5 then 16 tokens clipped.
 #
 # This is why GRPO/PPO as implemented is *not strictly on-policy*: one rollout batch feeds several
-# optimizer steps, and only the first of them evaluates the policy that generated the data. The ratio
-# is exactly the importance weight that corrects for the rest.
+# optimizer steps, and only the first of them evaluates the policy that generated the data. The per-token
+# ratio is a token-level, first-order correction for the rest: it reweights each sampled token for the change
+# of its own conditional probability, not by the full sequence importance weight (the product over the
+# sequence's tokens), so the shift in which prefixes the current policy would reach is left uncorrected.
 
 # %% [markdown]
 # > **You should know.** "Why isn't the ratio 1 at step 1?" One line: *multi-step minibatch updates
@@ -199,15 +204,17 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 #
 # <details><summary>Answer: with inner_epochs=1 and minibatches=1, is the ratio ever different from 1?</summary>
 #
-# Not inside the loss: there is a single optimizer step and its loss is evaluated before it, at
-# $\theta_\text{old}$, so every ratio is 1 and clipping never engages: the update is the plain
-# policy-gradient step. The clip only matters from the second inner step on.
+# Not inside the loss, when the old log-probs come from the same forward as the loss's (as in the twins): there
+# is a single optimizer step and its loss is evaluated before it, at $\theta_\text{old}$, so every ratio is 1
+# and clipping never engages: the update is the plain policy-gradient step. The clip only matters from the
+# second inner step on. With old log-probs from the sampler, a stale policy or a dropout pass the ratio is off
+# at that one step already, and the clip can act there (notebook 02 §5).
 # </details>
 
 # %% [markdown]
-# ## 3. The drift has a sign, set by the advantage
+# ## 3. The drift's sign: what the advantage guarantees, and what it does not
 #
-# **Question.** After an update, which way does each token's ratio move?
+# **Question.** After an update, which way do the ratios move, and what exactly is guaranteed?
 #
 # **Key equation (first order).** At $\rho = 1$ the surrogate's gradient is
 # $g = \frac1n\sum_s A_s \nabla_\theta \log\pi_\theta(o_s)$
@@ -219,10 +226,14 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 # $$\frac1n\sum_t A_t \,\Delta\log\pi(o_t) \approx \eta\, g^\top P g \;\ge 0 .$$
 #
 # (Adam's momentum also mixes in gradients from earlier batches, so for the trainer's Adam this is a
-# tendency, not a theorem: the table below checks it.) The *advantage-weighted* log-ratio is positive:
-# A > 0 tokens go up (ratio > 1), A < 0 tokens go down
-# (ratio < 1). This is a statement about the average, not every token: parameters are shared, and the
-# same token in the same context can sit in sequences of both signs (all G samples share the prompt).
+# tendency, not a theorem: the table below checks it.) What is guaranteed, to first order and for one small
+# step from $\rho = 1$, is this *advantage-weighted* mean log-ratio, and nothing more. It does not say that
+# the A > 0 tokens' mean ratio goes above 1 and the A < 0 tokens' below: a positive weighted sum also comes
+# out of both groups' log-probs falling, the A < 0 ones further, and a mean *ratio* can be carried by a few
+# tokens that moved far. At small steps the per-sign means do land on those sides (the table below); at a
+# large step they can swap (the cell after it). Nor is it a statement about every token: parameters are
+# shared, and the same token in the same context can sit in sequences of both signs (all G samples share
+# the prompt).
 #
 # Below: 8 full-batch inner steps of the fixed twin (`inner_epochs=1, minibatches=1` per call, Adam
 # state carried over) from the snapshot, at lr = 3e-3 (7.5 times the default 4e-4, so that the drift shows
@@ -243,7 +254,7 @@ same = max((a.sort().values - b.sort().values).abs().max().item()  # the loss's 
            for a, b in zip(trace["ratio"], trace["loss_ratio"], strict=True))
 print(f"\n(the eval-mode ratio we measure equals the one the loss used, to {same:.1e}: no dropout here)")
 assert same == 0
-assert all(pos > 1 > neg and w > 0 for k, pos, neg, w, _ in drift[1:])  # the sign, at every step after 0
+assert all(pos > 1 > neg and w > 0 for k, pos, neg, w, _ in drift[1:])  # at this lr: every step after 0
 lopsided = [(1 - neg) / (pos - 1) for k, pos, neg, _, _ in drift[1:]]  # A<0 drift / A>0 drift, k = 1..7
 print("(1 - mean rho A<0) / (mean rho A>0 - 1), k = 1..7:", " ".join(f"{x:.2f}" for x in lopsided))
 rows = [f"{pos:.4f} {neg:.4f} {w:+.4f}" for k, pos, neg, w, _ in drift]
@@ -253,22 +264,63 @@ assert all(x > 2 for x in lopsided)  # the A<0 tokens fall at least twice as far
 assert f"{lopsided[0]:.2f} {min(lopsided):.2f} {lopsided[6]:.2f}" == "5.49 2.63 2.63"  # the values the text quotes
 
 # %% [markdown]
-# The sign shows in every row after step 0: mean ratio above 1 for A > 0 (1.0210 after one step,
-# 1.0803 at k = 7), below 1 for A < 0 (0.8845, then 0.7890), and mean $A\log\rho$ positive at every step
+# At this lr the per-sign means sit on the expected sides in every row after step 0: mean ratio above 1 for
+# A > 0 (1.0210 after one step, 1.0803 at k = 7), below 1 for A < 0 (0.8845, then 0.7890), and mean
+# $A\log\rho$ positive at every step
 # (+0.1186 after one step, between +0.11 and +0.19 after that: not monotone, Adam's momentum and the shared
 # weights make the later steps overshoot and come back). Token by token it holds for only 53-70% of the
 # tokens (the `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the sharing
 # reasons above.
 #
-# Note the asymmetry: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of A > 0 − 1), is
-# 5.49 at k = 1 (−0.1155 against +0.0210) and never below 2.63 (at k = 7: −0.2110 against +0.0803): the
-# A < 0 tokens fall far further below 1 than the A > 0 tokens rise above it. Three things on this batch
+# Only the weighted one is guaranteed, and only for a small step. The same replay at lr = 1e-2 (25 times the
+# default; the largest position of the slider in notebook 02 §4, which reuses this replay from the cache), with
+# each sign's median ratio and mean log-ratio beside its mean ratio:
+
+# %%
+trace_large = nb02_ratio.inner_trace(grpo_fixed, snap, steps=8, lr=1e-2, clip=0.2, ratio_fn=true_ratio)
+print("k   mean rho A>0  mean rho A<0   mean A*log(rho)   median rho A>0 / A<0   mean log rho A>0 / A<0")
+large = []  # per step k: mean rho A>0, A<0, mean A log rho, median rho A>0, A<0, mean log rho A>0, A<0
+for k, ratio in enumerate(trace_large["ratio"]):
+    pos, neg = nb02_ratio.sign_means(ratio, token_adv)
+    weighted = (token_adv * ratio.log()).mean().item()
+    medians = [ratio[sel].median().item() for sel in (token_adv > 0, token_adv < 0)]
+    logs = [ratio[sel].log().mean().item() for sel in (token_adv > 0, token_adv < 0)]
+    large.append((pos, neg, weighted, *medians, *logs))
+    print(f"{k}   {pos:11.4f}  {neg:12.4f}   {weighted:+15.4f}   {medians[0]:10.4f} / {medians[1]:.4f}   "
+          f"{logs[0]:+11.4f} / {logs[1]:+.4f}")
+step1 = trace_large["ratio"][1]  # (n_tokens,) after one step
+far = step1[token_adv < 0] > 2  # A<0 tokens whose ratio more than doubled
+print(f"\nafter one step: {int(far.sum())} of {int((token_adv < 0).sum())} A<0 tokens above ratio 2 (max "
+      f"{step1[token_adv < 0].max():.2f}); mean ratio of the other A<0 tokens {step1[token_adv < 0][~far].mean():.4f}")
+assert large[1][0] < 1 < large[1][1] and large[1][2] > 0  # per-sign means swapped, weighted log-ratio still > 0
+assert f"{large[1][0]:.4f} {large[1][1]:.4f} {large[1][2]:+.4f}" == "0.7179 1.5881 +0.2349"  # as quoted
+assert large[1][6] < large[1][5] < 0 and 1.8 < large[1][6] / large[1][5] < 2.1  # both fell, A<0 about twice as far
+assert large[1][4] < large[1][3] < 1 and f"{large[1][3]:.4f} {large[1][4]:.4f}" == "0.9694 0.8838"  # as quoted
+assert [f"{large[k][2]:+.4f}" for k in (4, 5)] == ["-0.0745", "-0.1316"]  # as quoted
+assert int(far.sum()) == 4
+assert f"{step1[token_adv < 0].max():.2f} {step1[token_adv < 0][~far].mean():.4f}" == "61.14 0.6159"  # as quoted
+
+# %% [markdown]
+# After one step at lr = 1e-2 the per-sign means have swapped: mean ratio 0.7179 for A > 0, 1.5881 for A < 0,
+# while the mean $A\log\rho$ is still positive (+0.2349). Both groups' log-probs fell on average (mean log-ratio
+# below 0 for both), the A < 0 ones about twice as far, so the weighted sum stays positive; the A < 0 mean ratio
+# is carried above 1 by 4 tokens whose ratio more than doubled (up to 61.14), while the other 72 average 0.6159,
+# and both medians are below 1 in the expected order (0.9694 for A > 0, 0.8838 for A < 0). At k = 4 and 5 even
+# the weighted log-ratio is negative (−0.0745, −0.1316): several large steps in, the first-order argument says
+# nothing. So quote the guaranteed quantity, and read the per-sign means as what small steps usually show.
+#
+# Back at lr = 3e-3, note the asymmetry: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of
+# A > 0 − 1), is 5.49 at k = 1 (−0.1155 against +0.0210) and never below 2.63 (at k = 7: −0.2110 against
+# +0.0803): the A < 0 tokens fall far further below 1 than the A > 0 tokens rise above it. Three things on this batch
 # push that way. To first order a token's log-prob moves in proportion to its $|A|$ and, through the softmax,
-# to its squared room: a step $\eta A\,\nabla_z \log\pi(a) = \eta A (e_a - \pi)$ on its position's logits alone
-# moves $\log\pi(a)$ by $\eta A\,\lVert e_a - \pi\rVert^2$, between $(1 - \pi(a))^2$ and $2(1 - \pi(a))^2$ times
-# $\eta A$, small for a token the policy already likes (saturation; shared parameters add cross-effects); and a
-# token's ratio can never exceed $1/\pi_\text{old}(o_t)$ (its probability is at most 1), while the A < 0 tokens
-# have no floor but 0. Mid-run the A > 0 tokens are the likely ones:
+# to its squared room: with $\pi$ the full next-token distribution at that position (at temperature $T$), a step
+# $\eta A\,\nabla_z \log\pi(a) = \eta A (e_a - \pi)/T$ on its position's logits alone moves $\log\pi(a)$ by
+# $\eta A\,\lVert e_a - \pi\rVert^2/T^2$. The squared norm $\lVert e_a - \pi\rVert^2$ is this exact softmax
+# self-effect; it lies between $(1 - \pi(a))^2$ and $2(1 - \pi(a))^2$, so $(1 - \pi(a))^2$, which needs only the
+# sampled token's probability, is a proxy for it. Either is small for a token the policy already likes
+# (saturation; shared parameters add cross-effects); and a token's ratio can never exceed $1/\pi_\text{old}(o_t)$
+# (its probability is at most 1), while the A < 0 tokens have no floor but 0. Mid-run the A > 0 tokens are the
+# likely ones:
 
 # %%
 old_prob = batch["old_logprobs"][batch["mask"]].exp()  # (n_tokens,)
@@ -288,6 +340,34 @@ assert [f"{old_prob[s].mean():.3f}" for s in (token_adv > 0, token_adv < 0)] == 
 assert [f"{ceiling_share[k]:.2f}" for k in ("A>0", "A<0")] == ["0.54", "0.39"]
 assert [f"{size[k]:.3f} {room[k]:.3f}" for k in ("A>0", "A<0")] == ["0.867 0.161", "1.006 0.376"]  # as quoted
 assert f"{room_sq['A<0'] / room_sq['A>0']:.2f}" == "5.97"  # as quoted
+
+# %% [markdown]
+# The last column is the proxy. The exact self-effect $\lVert e_a - \pi\rVert^2$ needs the whole distribution
+# $\pi$ at each position under $\pi_\text{old}$: the snapshot policy's logits through the same path as
+# `policy_logprobs` (`completion_logits`, divided by the temperature, `log_softmax`), whose entry at the sampled
+# token must be the cached old log-prob exactly:
+
+# %%
+with torch.no_grad():
+    policy_s, _ = nb02_ratio.restore(snap)
+    policy_s.eval()  # as in rollout
+    logits_old = grpo_fixed.completion_logits(policy_s, *lm_inputs(batch))[batch["mask"]]  # (n_tokens, V)
+    logp_old = torch.log_softmax(logits_old / cfg.temperature, -1)  # (n_tokens, V) log pi at each position
+sampled = batch["completions"][batch["mask"]]  # (n_tokens,) token ids a
+assert torch.equal(logp_old.gather(-1, sampled[:, None]).squeeze(-1), batch["old_logprobs"][batch["mask"]])
+dist_old = logp_old.exp()  # (n_tokens, V) pi
+self_effect = (torch.nn.functional.one_hot(sampled, dist_old.shape[-1]) - dist_old).pow(2).sum(-1)  # (n_tokens,)
+proxy = (1 - old_prob) ** 2  # (n_tokens,)
+assert ((proxy <= self_effect + 1e-6) & (self_effect <= 2 * proxy + 1e-6)).all()  # the bounds, token by token
+neg_sel, pos_sel = token_adv < 0, token_adv > 0
+exact_x = (self_effect[neg_sel].mean() / self_effect[pos_sel].mean()).item()
+moved = token_adv.abs() * self_effect  # (n_tokens,) |A| ||e_a - pi||^2: the first-order move, in units of eta / T^2
+moved_x = (moved[neg_sel].mean() / moved[pos_sel].mean()).item()
+proxy_x = (proxy[neg_sel].mean() / proxy[pos_sel].mean()).item()
+print(f"mean ||e_a - pi||^2: A>0 {self_effect[pos_sel].mean():.4f}, A<0 {self_effect[neg_sel].mean():.4f}")
+print(f"A<0 / A>0: exact ||e_a - pi||^2 x{exact_x:.2f}, with |A| (|A| ||e_a - pi||^2) x{moved_x:.2f}; "
+      f"proxy (1 - pi)^2 x{proxy_x:.2f}")
+assert f"{exact_x:.2f} {moved_x:.2f} {proxy_x:.2f}" == "6.40 6.61 5.97"  # as quoted
 
 # %% [markdown]
 # Which tokens does the clip act on? The clipped surrogate $\min(\rho A, \text{clip}(\rho, 1-\epsilon, 1+\epsilon)A)$
@@ -319,16 +399,20 @@ plt.show()
 
 # %% [markdown]
 # The A > 0 tokens have mean $\pi_\text{old}$ 0.839 against 0.624 for A < 0, so their mean room to move,
-# $1 - \pi_\text{old}$, is 0.161 against 0.376 (2.3 times more for A < 0; its square, the scale of the softmax
-# self-effect, averages 5.97 times more), and their mean $|A|$ is a little
-# smaller too (0.867 against 1.006). And 54% of them have $\pi_\text{old} > 1/1.2$ (39% of the A < 0 tokens):
-# their ratio can *never* reach $1+\epsilon = 1.2$, so they can never be clipped. The A < 0 tokens have no
-# floor but 0, which is where the long left tail of the histograms comes from. (The sizes are this batch's; the
-# signs of the comparisons are what the cell asserts.)
+# $1 - \pi_\text{old}$, is 0.161 against 0.376 (2.3 times more for A < 0). The softmax self-effect follows: its
+# proxy $(1 - \pi_\text{old})^2$ averages 5.97 times more for A < 0, the exact $\lVert e_a - \pi\rVert^2$ 6.40
+# times more, and 6.61 times more once each token's $|A|$ multiplies it (the first-order move itself), since
+# the A < 0 tokens' mean $|A|$ is a little larger too (1.006 against 0.867). And 54% of the A > 0 tokens have
+# $\pi_\text{old} > 1/1.2$ (39% of the A < 0 tokens): their ratio can *never* reach $1+\epsilon = 1.2$, so they
+# can never be clipped. The A < 0 tokens have no floor but 0, which is where the long left tail of the
+# histograms comes from. (The sizes are this batch's: the cells assert them as printed, and another batch gives
+# other sizes.)
 
 # %% [markdown]
-# > **You should know.** The natural drift pushes A > 0 tokens toward $1+\epsilon$ and A < 0 tokens toward
-# > $1-\epsilon$: precisely the sides where the clipped surrogate flattens. That is why the fixed twin
+# > **You should know.** An update raises the advantage-weighted log-ratio (to first order, for a small step):
+# > A > 0 tokens are pushed toward $1+\epsilon$ and A < 0 tokens toward $1-\epsilon$, precisely the sides where
+# > the clipped surrogate flattens. The per-sign mean ratios show it at small steps but are not guaranteed (they
+# > swap after one step at lr = 1e-2 above). That is why the fixed twin
 # > logs `clip_frac_pos` as "A > 0 and ratio > 1+clip" and `clip_frac_neg` as "A < 0 and ratio < 1-clip":
 # > a token on the *other* side (A > 0, ratio < 0.8) is not clipped at all, it keeps its full gradient.
 #
@@ -336,7 +420,8 @@ plt.show()
 #
 # Yes. For A > 0, $\min(\rho A, \text{clip}(\rho)A) = \min(0.7A, 0.8A) = 0.7A$: the unclipped branch, with
 # gradient $A\rho\,\nabla\log\pi$. The clip only removes the incentive to move *further* in the direction the
-# advantage wants; a token that went the wrong way is always pulled back.
+# advantage wants; a token that went the wrong way keeps its own gradient pulling it back (the shared weights
+# may still carry it further off).
 # </details>
 
 # %% [markdown]
@@ -356,10 +441,12 @@ plt.show()
 # Left: B3; right: fixed; same snapshot, same batch. Bands: 5-95% of the true ratio (log scale),
 # thin lines: min / max (the caption under the figure names every artist). Bars at the bottom: fraction
 # of tokens the loss clipped (filled) and tokens outside the window on their pushing side that the loss
-# did *not* clip (outlined). A vertical line marks the first step where clipping engages. Each (lr, clip)
-# position replays its full-batch inner steps on the 64 sequences once and caches them; all 4 × 3
-# positions are replayed up front to the default 8 steps, so a slider move only redraws (more steps extend
-# the cached replays by one step each).
+# did *not* clip (outlined). A vertical line marks the first step where clipping engages. The strip below
+# each panel is the quantity notebook 02 §3 shows a small step raises, the mean of $A_t\log\rho_t$ over the
+# tokens (not the per-sign mean ratios, which can swap at large steps). Each (lr, clip) position replays its
+# full-batch inner steps on the 64 sequences once and caches them; all 4 × 3 positions are replayed up front
+# to the default 8 steps, so a slider move only redraws (more steps extend the cached replays by one step
+# each).
 
 # %%
 LRS = (3e-4, 1e-3, 3e-3, 1e-2)  # the lr slider's positions
@@ -399,6 +486,8 @@ def show(result):
           f"fixed [{result['last_min_fixed']:.3f}, {result['last_max_fixed']:.3f}]")
     print(f"outside the window at the last step: buggy {result['last_outside_buggy']:.3f}, "
           f"fixed {result['last_outside_fixed']:.3f}")
+    print(f"mean A log rho at the last step (lower strip): buggy {result['last_weighted_buggy']:+.4f}, "
+          f"fixed {result['last_weighted_fixed']:+.4f}")
 
 
 default = w_drift.result  # 8 steps, lr 3e-3, clip 0.2
@@ -408,6 +497,9 @@ assert default["last_max_buggy"] > default["last_max_fixed"] and default["last_m
 quoted = [f"{default[k]:.3f}" for k in ("last_min_buggy", "last_max_buggy", "last_min_fixed", "last_max_fixed",
                                         "last_outside_fixed", "last_outside_buggy")]
 assert quoted == ["0.004", "1.563", "0.010", "1.385", "0.242", "0.268"]  # the values the text quotes
+strips = [panel.weighted.get_ydata()[1:] for panel in (drift_figure.buggy, drift_figure.fixed)]  # k = 1..7
+assert all(min(strip) > 0 for strip in strips)  # the lower strips: positive at every step after 0, both sides
+assert f"{default['last_weighted_buggy']:+.4f} {default['last_weighted_fixed']:+.4f}" == "+0.2266 +0.1855"  # as quoted
 
 # %%
 small_lr = probe(w_drift, {"lr": 1e-3})  # a smaller step: clipping engages later
@@ -440,10 +532,12 @@ assert all(torch.equal(a, b) for a, b in zip(b3_other_clip["ratio"], b3_default[
 # %% [markdown]
 # What the numbers say:
 #
-# - **When clipping engages.** Never at k = 0 (ratio exactly 1). From lr = 1e-3 up the fixed twin already
-#   clips some tokens at k = 1; at lr = 3e-4 (the slider's smallest) it starts at k = 2 (all printed above, at
-#   clip 0.2). How many tokens end outside the window at the last step is not monotone in the lr on this batch
-#   (0.242 at 3e-3, fewer at 1e-2: printed above).
+# - **When clipping engages.** Never at k = 0 here (ratio exactly 1, because the old log-probs come from the
+#   same forward as the loss's; with sampler, stale or dropout log-probs the clip can act at k = 0:
+#   notebook 02 §5). From lr = 1e-3 up the fixed twin already clips some tokens at k = 1; at lr = 3e-4 (the
+#   slider's smallest) it starts at k = 2 (all printed above, at clip 0.2). How many tokens end outside the
+#   window at the last step is not monotone in the lr on this batch (0.242 at 3e-3, fewer at 1e-2: printed
+#   above).
 # - **B3: never.** The loss sees a ratio of 1 at every step (dotted line), while the true ratio at the
 #   last step (k = 7, lr = 3e-3) spans [0.004, 1.563], against [0.010, 1.385] for the fixed twin (at
 #   lr = 1e-3: [0.012, 7.344] against [0.156, 1.416]). Without a live clip, nothing stops tokens that
@@ -453,13 +547,20 @@ assert all(torch.equal(a, b) for a, b in zip(b3_other_clip["ratio"], b3_default[
 #   loses *its own* surrogate gradient, but the weights are shared, so the other tokens' gradients
 #   still move it. What clipping removes is the incentive, which shows in the tails (min / max), not
 #   in every token.
+# - **The lower strips** show what an update is guaranteed to raise (for a small step): the mean of
+#   $A_t\log\rho_t$. At the default position it is positive at every step after 0 on both sides (+0.2266 for
+#   B3 and +0.1855 for the fixed twin at k = 7, the last row of the table in notebook 02 §3); at lr = 1e-2 the
+#   fixed twin's dips below 0 at k = 4-5, as notebook 02 §3 prints.
 
 # %% [markdown]
-# > **You should know.** Clipping engages only after the policy has moved: never at the first inner
-# > step, later for smaller lr and fewer inner steps. If the logged clip fraction is **exactly 0 for the
-# > whole run** while `inner_epochs × minibatches > 1`, suspect B3 (old log-probs recomputed in the
-# > loop). A tiny lr also gives 0 clipping; what tells them apart is `ratio_last_maxdev` (the fixed twin's
-# > health check "ratio moves after updates"): exactly 0 under B3, small but not 0 under a tiny lr. It is
+# > **You should know.** With old log-probs from the same forward as the loss's (same weights and code path,
+# > no dropout), clipping engages only after the policy has moved: never at the first inner step, later for
+# > smaller lr and fewer inner steps. With old log-probs from the sampler (an inference engine), a stale
+# > policy or a dropout pass, the ratio is off at step 0 and the clip can act there (notebook 02 §5 shows such
+# > sources). If the logged clip fraction is **exactly 0 for the whole run** while
+# > `inner_epochs × minibatches > 1`, suspect B3 (old log-probs recomputed in the loop). A tiny lr also gives
+# > 0 clipping; what tells them apart is `ratio_last_maxdev` (the fixed twin's health check "ratio moves after
+# > updates"): exactly 0 under B3, small but not 0 under a tiny lr. It is
 # > also exactly 0 whenever θ does not move at all (lr = 0, parameters missing from the optimizer, a loss
 # > detached from them): compare the loss's ratio with the true one against the cached log-probs, which
 # > drifts under B3 only. And a trainer that takes one optimizer step per rollout batch has nothing to clip:
@@ -579,11 +680,12 @@ assert same_mode["hi"] / same_mode["lo"] > twins["hi"] / twins["lo"] and same_mo
 for name in ("eval / eval", "train / train, same mask", "no dropout, train / train"):
     assert dropout_rows[name]["lo"] == dropout_rows[name]["hi"] == 1
 assert dropout_rows["eval / train, dropout 0.3"]["clipped"] > dropout_rows["eval / train (as the twins)"]["clipped"]
-assert (f"{same_mode['hi']:.0f} {same_mode['clipped']} {twins['hi']:.3f} {twins['clipped']} {twins['mean_log']:.2f} "
+assert (f"{int(same_mode['hi'])} {same_mode['clipped']} {twins['hi']:.3f} {twins['clipped']} {twins['mean_log']:.2f} "
         f"{dropout_rows['eval / train, dropout 0.3']['clipped']}") == "1932 40 7.905 24 -0.46 38"  # as quoted
+# int(): the decimals of that 1932 vary between machines (float rounding of a log-prob near the tail)
 
 # %% [markdown]
-# With the weights fixed, train mode for both passes spreads the ratio up to 1932 at dropout 0.1 and the
+# With the weights fixed, train mode for both passes spreads the ratio past 1932 at dropout 0.1 and the
 # clip acts on 40 of 190 tokens: pure noise, and wider than the twins' own eval / train mismatch (up to
 # 7.905, 24 tokens; 38 at dropout 0.3), since now both sides carry a random mask. The SFT model was trained
 # without dropout, so switching it on at RL time changes its distribution a lot (mean log-ratio −0.46 at
@@ -729,28 +831,31 @@ assert f"{bf16_std:.2e}" == "4.99e-03"
 # (about 2.5 million) is larger than that, so at this per-token std the sign would already show within one
 # such batch. A real bf16 engine differs from the trainer in more than the last rounding of the logits (a
 # whole forward pass in bf16, other kernels); a larger std shows the sign sooner, but how large it is there is
-# not measured here. The sign says "q ≠ p", never which cause; the size, and what it depends on (T = 1, eval
-# mode, logit scale), does.
+# not measured here. The sign says "q ≠ p", never which cause. The size alone does not name it either (the sizes
+# here are this toy's, and a real engine's numerics may give offsets as large as a settings mismatch); what the
+# offset depends on does: whether it vanishes at T = 1 or in eval mode, whether it grows with the logit scale.
 #
 # > **You should know.** Print two things before trusting any ratio: `ratio_first_maxdev` (exactly 0 in the
 # > fixed twin; catches dropout in train mode and any old-vs-new code-path difference) and `logprob_gap`
 # > between the trainer's and the sampler's log-probs (healthy: near 0, range in `grpo_support.STATS`; catches
 # > temperature and shift bugs, which a recomputed old log-prob would hide). A ratio that *never* moves
-# > (`ratio_last_maxdev` = 0) is B3. A step-0 offset with a steady sign says the two sides score different
-# > distributions, whatever the cause: every mismatch, numerics included, has mean log-ratio −KL(q ‖ p).
+# > (`ratio_last_maxdev` = 0) is B3, or weights that never move (notebook 02 §4). A step-0 offset with a steady
+# > sign says the two sides score different distributions, whatever the cause: every mismatch, numerics
+# > included, has mean log-ratio −KL(q ‖ p).
 #
 # <details><summary>Answer: your trainer takes old log-probs from vLLM; at the first inner step the mean
 # log-ratio is −0.02 on every batch, and max |ρ − 1| is 0.1. What do you check first?</summary>
 #
 # The two sides score different distributions: mean log-ratio = −KL(sampler ‖ trainer), so a steady
-# negative sign comes with *any* mismatch and does not name the cause; the size does. −0.02 is
-# temperature-sized: B10 gives −0.015 on the batch of notebook 02 §5.4 (about 1,200 times what bf16 rounding
-# of the logits gives there, −1.25e-05) and −0.018 on five logits. So check, in order:
-# the sampling settings applied by the engine but not by the trainer (temperature is B10; a top-p or top-k
-# cut the trainer does not apply is the same kind of mismatch),
-# then the log-prob shift (B6), then dropout / train mode in the trainer, then numerics (a bf16 engine
-# against an fp32 trainer: small, growing with sharper logits, notebook 07 §1). Re-run one batch at T = 1
-# or with the trainer in eval mode to split the first from the third.
+# negative sign comes with *any* mismatch and does not name the cause, and neither does the size alone. On
+# this toy batch B10 gives −0.015 (notebook 02 §5.4; about 1,200 times what bf16 rounding of the logits gives
+# there, −1.25e-05) and −0.018 on five logits, but those sizes are the toy's: a real inference engine's
+# numerics (a whole bf16 forward, other kernels; not measured here) may give an offset as large. So check the
+# causes one by one, telling them apart by what the offset depends on rather than by its size: the sampling
+# settings applied by the engine but not by the trainer (temperature is B10; a top-p or top-k cut the trainer
+# does not apply is the same kind of mismatch), then the log-prob shift (B6), then dropout / train mode in the
+# trainer, then numerics (a bf16 engine against an fp32 trainer, growing with sharper logits, notebook 07 §1).
+# Re-run one batch at T = 1 or with the trainer in eval mode to split the first from the third.
 # </details>
 
 # %% [markdown]
@@ -1049,18 +1154,21 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 # 2. Old log-probs recomputed inside the inner loop (B3): the ratio is 1 at every step, so nothing is ever
 #    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates"
 #    (notebook 02 §4).
-# 3. A > 0 tokens rise toward $1+\epsilon$ (first order: $\sum_t A_t\Delta\log\pi_t \ge 0$); A < 0 tokens fall
-#    toward $1-\epsilon$. A > 0 tokens are already likely mid-run: their log-prob moves less per unit of
-#    gradient ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by
-#    $1/\pi_\text{old}$, while A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also
-#    carry a slightly larger mean $|A|$ (notebook 02 §3).
+# 3. What is guaranteed (to first order, one small step) is only $\sum_t A_t\Delta\log\pi_t \ge 0$: at small
+#    steps A > 0 tokens rise toward $1+\epsilon$ and A < 0 tokens fall toward $1-\epsilon$ on average, but at
+#    a large step the per-sign mean ratios can swap (lr = 1e-2 in notebook 02 §3). Why A < 0 drifts further:
+#    A > 0 tokens are already likely mid-run: their log-prob moves less per unit of gradient
+#    ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by $1/\pi_\text{old}$, while
+#    A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also carry a slightly larger mean
+#    $|A|$ (notebook 02 §3).
 # 4. No: train mode draws a new dropout mask each forward, while the cached old log-probs were eval-mode. Two
 #    train-mode passes do not help either (two different masks). Fixes: eval mode for both passes, no dropout
 #    (TRL's `disable_dropout`), or the same dropout mask for both (notebook 02 §5.1).
 # 5. Old and new log-probs were both computed by the same buggy function, so they agree; the trainer-vs-sampler
 #    `logprob_gap` catches them (notebook 02 §5).
 # 6. The sign cannot say: the mean log-ratio is −KL(sampler ‖ trainer) ≤ 0 for every mismatch, bf16 numerics
-#    included. Its size and what it depends on tell the causes apart (notebook 02 §5.4).
+#    included. Nor can its size alone; what it depends on (T = 1, eval mode, logit scale) tells the causes
+#    apart (notebook 02 §5.4).
 # 7. Only A > 0 tokens (unclipped branch, gradient A); A < 0 tokens sit on the constant $0.8A$ branch
 #    (notebook 02 §6).
 # 8. With the detach: only memory (the rollout forward's activations kept alive, about 5,500× the tensor here).

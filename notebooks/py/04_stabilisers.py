@@ -251,6 +251,7 @@ wide = probe(w_clip, {"clip": 0.3})  # wider window
 show_zeros(wide)
 small = probe(w_clip, {"clip": 0.3, "|A|": 0.5})  # and a small advantage: buggy A>0 now clips late
 show_zeros(small)
+print(f"buggy A>0 flat from (1 + clip) / |A|: {1.3 / 1.5:.3f} for |A| = 1.5, {1.3 / 0.5:.1f} for |A| = 0.5")
 for zeros in (wide, small):
     assert 1.3 < zeros["fixed A>0"][0] <= 1.3 + 0.025 and 0.7 - 0.025 <= zeros["fixed A<0"][1] < 0.7  # whatever |A|
     assert zeros["buggy A<0"] is None
@@ -354,7 +355,8 @@ assert table["learned", "k2"][2] > 1.5 and table["learned", "k3 reversed (B8)"][
 #   signs, notebook 04 §2.2); the noise is: a penalty estimated from a few tokens is mostly noise.
 # - **k2** is never negative and has a small spread, but it is biased once π is far from π_ref: 4.0220
 #   for an exact 2.3979 (learned), 0.5131 for 0.7392 (collapsed).
-# - **k3** is never negative and unbiased, with a std as small as k2's near the reference (0.0005 on
+# - **k3** is never negative here (≥ 0 term by term in exact arithmetic; what rounding does to that is the end
+#   of notebook 04 §2.2) and unbiased, with a std as small as k2's near the reference (0.0005 on
 #   the near pair, about 90 times less than k1). Far from the reference it loses that edge: r = π_ref/π is
 #   large on tokens π rarely emits, so the samples are heavy-tailed (std 2.4282 on the learned pair,
 #   above k1's 1.4979).
@@ -448,6 +450,8 @@ b8_norm = {name: (g["E[grad k3 reversed]"].norm().item(), g["grad KL(pi||ref)"].
            for name, g in grads.items()}  # (|E grad k3 reversed|, |grad KL(pi||ref)|)
 assert b8_norm["learned"][0] > 3 * b8_norm["learned"][1] and b8_norm["collapsed"][0] < b8_norm["collapsed"][1]
 assert [f"{v:.4f}" for v in (*b8_norm["learned"], *b8_norm["collapsed"])] == ["1.8018", "0.4961", "0.0989", "0.1468"]
+print(f"learned pair: |E grad k3 reversed| / |grad KL(pi||ref)| = {b8_norm['learned'][0] / b8_norm['learned'][1]:.1f}")
+assert f"{b8_norm['learned'][0] / b8_norm['learned'][1]:.1f}" == "3.6"  # as quoted
 
 # %% [markdown]
 # Every cosine is positive: B8 is an anchor, not a repeller. Near the reference it is the right one
@@ -457,9 +461,63 @@ assert [f"{v:.4f}" for v in (*b8_norm["learned"], *b8_norm["collapsed"])] == ["1
 # In a training run that weight shows as gradient-norm spikes while the policy stays near the reference
 # (notebook 03 §6).
 #
+# **k3's sign in floating point.** k3 = (r − 1) − log r ≥ 0 term by term holds in exact arithmetic. A computed
+# term also carries the rounding of the dtype k3 is *evaluated* in: near r = 1, exp(log r) is rounded to that
+# dtype's spacing around 1 before log r is subtracted. The tiny input: 1000 sampled tokens whose log π_ref and
+# log π (a policy a few small steps from its reference) are rounded to bfloat16, as a bf16 forward pass returns
+# them; the fixed twin's `kl_to_reference` evaluates k3 on them as they are (in bfloat16), upcast to float32
+# first, and upcast to float64 (the exact value for these inputs, to the digits printed). Then the floor of each
+# dtype: the most negative term over every finite bfloat16 log-ratio, and over 100,000 float32 ones.
+
+# %%
+def k3_terms(logprobs, ref_logprobs):
+    """The twin's kl_to_reference on each token alone, evaluated in the inputs' dtype. (n,), (n,) -> (n,)"""
+    one = torch.ones(1, 1, dtype=torch.bool)
+    return torch.vmap(lambda lp, rf: grpo_fixed.kl_to_reference(lp.view(1, 1), rf.view(1, 1), one))(logprobs,
+                                                                                                   ref_logprobs)
+
+
+gen = torch.Generator().manual_seed(0)
+ref_bf16 = (-torch.randn(1000, generator=gen).abs()).bfloat16()  # (n,) log pi_ref of the sampled tokens
+pol_bf16 = (ref_bf16.float() + 0.002 * torch.randn(1000, generator=gen)).bfloat16()  # (n,) log pi, near pi_ref
+k3_sign = {}  # dtype k3 is evaluated in -> (most negative term, number of negative terms, masked mean)
+print(f"{'k3 evaluated in':16s} | {'most negative term':>18} {'terms < 0':>9} {'mean (kl_to_reference)':>22}")
+for dtype in (torch.bfloat16, torch.float32, torch.float64):
+    logp, ref = pol_bf16.to(dtype), ref_bf16.to(dtype)  # the same bf16 values, exactly
+    terms = k3_terms(logp, ref)  # (n,)
+    mean = grpo_fixed.kl_to_reference(logp[None], ref[None], torch.ones(1, len(logp), dtype=torch.bool)).item()
+    k3_sign[dtype] = (terms.min().item(), int((terms < 0).sum()), mean)
+    print(f"{str(dtype):16s} | {k3_sign[dtype][0]:+18.4e} {k3_sign[dtype][1]:9d} {mean:+22.3e}")
+every_bf16 = torch.arange(2**16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)  # every bit pattern
+every_bf16 = every_bf16[torch.isfinite(every_bf16)]  # (65280,) every finite bf16 log-ratio
+floor_bf16 = k3_terms(torch.zeros_like(every_bf16), every_bf16).min().item()  # log pi = 0: log r = the value
+some_fp32 = 0.01 * torch.randn(100_000, generator=gen)  # (100000,) float32 log-ratios
+floor_fp32 = k3_terms(torch.zeros_like(some_fp32), some_fp32).min().item()
+print(f"most negative term, k3 in bfloat16 over all {len(every_bf16)} finite bf16 log-ratios: {floor_bf16:+.4e} "
+      f"(2^-8 = {2**-8:.4e})")
+print(f"most negative term, k3 in float32 over {len(some_fp32)} float32 log-ratios ~ N(0, 0.01^2): {floor_fp32:+.4e} "
+      f"(2^-24 = {2**-24:.4e})")
+assert k3_sign[torch.bfloat16][0] < 0 and k3_sign[torch.bfloat16][2] < 0 < k3_sign[torch.float64][2]  # bf16: < 0
+assert k3_sign[torch.float32][0] >= 0 and k3_sign[torch.float64][0] >= 0  # upcast first: every term >= 0
+assert floor_bf16 == -(2**-8) and floor_fp32 == -(2**-24)  # the rounding floor of each dtype
+assert [f"{k3_sign[d][0]:+.4e} {k3_sign[d][1]} {k3_sign[d][2]:+.3e}" for d in k3_sign] == [
+    "-3.9062e-03 16 -6.247e-05", "+0.0000e+00 0 +1.827e-06", "+0.0000e+00 0 +1.827e-06"]  # as quoted
+
+# %% [markdown]
+# Evaluated in bfloat16, 16 of the 1000 terms are negative, down to −3.9062e-03 = −2⁻⁸, and the mean a
+# trainer evaluating k3 in bfloat16 would log is −6.247e-05 for an exact +1.827e-06: a negative k3 mean with
+# nothing wrong but the dtype. Upcast to float32 before k3, the same bf16-rounded log-probs give every term ≥ 0
+# and the exact mean to the digits printed. No term of the twin's k3 evaluated in bfloat16 can go below −2⁻⁸
+# (every finite bf16 log-ratio is checked). Float32 has a floor of its own, far smaller: the most negative of
+# the 100,000 random float32 terms is −2⁻²⁴ = −5.9605e-08 (none of the terms from bf16-rounded inputs is
+# negative). So a negative k3 mean is a bug only when it is below the rounding of the dtype k3 is evaluated in.
+#
 # > **You should know.**
 # > - k1 unbiased but noisy and often negative; k2 low variance but biased; k3 unbiased, ≥ 0, low
 # >   variance near the reference (because E_π[r] = 1 makes the added r − 1 a zero-mean control variate).
+# > - k3 ≥ 0 holds in exact arithmetic. Evaluated in bfloat16 a term can be −2⁻⁸ and the mean of
+# >   near-reference tokens negative; upcast the log-probs to float32 before k3 (the most negative float32
+# >   term above is −2⁻²⁴).
 # > - B8 reverses the log-ratio: it estimates χ² − KL, right near the reference and far too large
 # >   once the policy has learned something the reference found unlikely; its gradient is ½∇χ²(π ‖ π_ref),
 # >   still toward the reference but with a per-token weight π/π_ref − 1 that is unbounded.
@@ -469,8 +527,10 @@ assert [f"{v:.4f}" for v in (*b8_norm["learned"], *b8_norm["collapsed"])] == ["1
 # (Answer)</summary>
 #
 # Not necessarily: k1 = log π − log π_ref is negative on every token the reference likes more than
-# the policy, and its batch mean is a noisy estimate of a small positive number. A negative *k3* mean
-# would be a bug (k3 ≥ 0 term by term).
+# the policy, and its batch mean is a noisy estimate of a small positive number. A negative *k3* mean is a
+# bug only when it is below the rounding of the dtype k3 is evaluated in: k3 ≥ 0 term by term in exact
+# arithmetic, but evaluated in bfloat16 a term can be −2⁻⁸ (−3.9062e-03) and the 1000 near-reference tokens
+# above average −6.247e-05; evaluated in float32 from the same bf16 log-probs every term is ≥ 0.
 # </details>
 
 # %% [markdown]
@@ -578,11 +638,11 @@ assert tail_mean(flipped["clean_reward"]) < tail_mean(free["clean_reward"])
 assert warnings_per_run["-0.1"] == 0  # no health check fires
 assert [f"{v:.3f}" for v in (flipped["exact_kl"][9], free["exact_kl"][9], tail_mean(flipped["exact_kl"]),
                              tail_mean(flipped["clean_reward"]), flipped["history"][-1]["entropy"],
-                             free["history"][-1]["entropy"])] == ["0.333", "0.086", "0.296", "0.402", "0.688", "0.649"]
+                             free["history"][-1]["entropy"])] == ["0.333", "0.086", "0.241", "0.403", "0.688", "0.649"]
 
 # %% [markdown]
 # With the sign flipped the KL climbs faster than with no penalty at all (0.333 vs 0.086 nats at
-# iteration 9, 0.296 vs 0.119 over the last 10) and the reward ends lower (0.402 against 0.469, within
+# iteration 9, 0.241 vs 0.119 over the last 10) and the reward ends lower (0.403 against 0.469, within
 # this short run's noise): the penalty now pays the policy for being different from the reference, not
 # for being right. In 20 iterations the sampling entropy has not collapsed (0.688 vs 0.649); what a longer
 # run would do is not measured here. The KL cannot grow without bound in any case, since KL(π ‖ π_ref) ≤
@@ -712,12 +772,15 @@ assert scale_runs["100", True]["clean_reward"] == scale_runs["1", True]["clean_r
 small, unit = scale_runs["0.01", True], scale_runs["1", True]
 first_apart = next((i for i, (a, b) in enumerate(zip(small["clean_reward"], unit["clean_reward"], strict=True))
                     if a != b), None)
-kl_gap = max(abs(a - b) for a, b in zip(small["exact_kl"], unit["exact_kl"], strict=True))
+kl_gaps = [abs(a - b) for a, b in zip(small["exact_kl"], unit["exact_kl"], strict=True)]  # per iteration
+kl_gap = max(kl_gaps)
 print(f"normalised s = 0.01 vs s = 1: rewards apart from iteration {first_apart} on (None: never); "
-      f"largest exact-KL difference {kl_gap:.1e}")
+      f"exact-KL difference after the first update {kl_gaps[0]:.1e}, largest {kl_gap:.1e} "
+      f"(iteration {kl_gaps.index(kl_gap)})")
 FIRST_APART = None
 assert first_apart is FIRST_APART  # the iteration the text quotes (None: never within the run)
-assert 0 < kl_gap < 1e-4  # the parameters differ, in their last digits
+assert 0 < kl_gaps[0] < 1e-6 and kl_gap < 1e-3  # the parameters differ, from their last digits on
+assert (f"{kl_gaps[0]:.1e} {kl_gap:.1e}", kl_gaps.index(kl_gap)) == ("7.5e-09 6.1e-04", 19)  # as quoted
 
 # %%
 fig_scale, axes_scale = plt.subplots(1, 2, figsize=(9.0, 3.2), sharey=True, layout="constrained")
@@ -760,7 +823,8 @@ for label in ("100", "1"):
 # advantages are the same for every s up to ε and float rounding, and the units drop out only while
 # s·σ ≫ ε. s = 100 reproduces the s = 1 run to the last digit. At s = 0.01, ε/(s·σ) and float32 rounding
 # move the advantages in their last digits, so after the first update the two runs' parameters differ in
-# their last digits (the exact KL differs by at most 3.4e-05). The two runs share one random stream, so
+# their last digits (the exact KL by 7.5e-09), and the gap grows with the updates (6.1e-04 at the last
+# iteration). The two runs share one random stream, so
 # they stay together until some sampling draw falls between their probabilities and a completion differs;
 # in these 20 iterations that never happened (the cell above prints the iteration where the rewards
 # depart, None here). A longer run would depart at some point and then stay correlated but not equal.
@@ -786,6 +850,8 @@ print(f"constant group [1, 1, 1]: buggy {grpo_buggy.group_advantage([1.0, 1.0, 1
 rounding = [0.3, 0.1 + 0.2, 0.3, 0.3]  # 0.1 + 0.2 = 0.30000000000000004
 print("rewards [0.3, 0.1 + 0.2, 0.3, 0.3]: buggy " + " ".join(f"{a:+.4f}" for a in grpo_buggy.group_advantage(rounding))
       + " | fixed " + " ".join(f"{a:+.2e}" for a in grpo_fixed.group_advantage(rounding)))
+print(f"the rounding difference: 0.1 + 0.2 - 0.3 = {0.1 + 0.2 - 0.3:.1e}")
+assert f"{0.1 + 0.2 - 0.3:.1e}" == "5.6e-17"  # as quoted
 assert a4[1e-170][0] == math.inf and a4[1e200][0] == 0 and math.isnan(a4[1e308][0])
 assert all(math.isfinite(fixed) for _, fixed in a4.values()) and f"{a4[1e-8][1]:.4f}" == "0.3333"
 assert grpo_buggy.group_advantage(rounding).abs().max() > 1 > 1e-8 > grpo_fixed.group_advantage(rounding).abs().max()
@@ -861,7 +927,7 @@ assert A_centred[1] > 100 * math.sqrt(G - 1)  # without the std: no bound (the g
 # The glitched wrong answer gets +2.6457, a hair under √7 = 2.6458, and the three correct answers drop
 # from +1.2910 to −0.3762: the group's lesson is now "make this wrong answer more likely, everything else
 # less". The correct-vs-wrong difference among the other seven survives only as a gap of 0.003 (it was
-# 2.07). Without the std (last column) the glitched sample's advantage is +875, which is the gradient
+# 2.0656). Without the std (last column) the glitched sample's advantage is +875, which is the gradient
 # spike notebook 04 §4 clips. With the std, the damage stays inside one group of the batch: the other
 # prompts' advantages are untouched. It is still a wrong update on that prompt, and an interview answer
 # that says "normalisation makes outliers harmless" has missed it.
@@ -915,6 +981,11 @@ pair = torch.tensor([0.0, 1.0])
 print(f"torch.tensor([0., 1.]).std() = {pair.std():.4f}, .std(correction=0) = {pair.std(correction=0):.4f}")
 print("G = 2, rewards [0, 1]: population A " + ", ".join(f"{a:+.4f}" for a in grpo_fixed.group_advantage([0.0, 1.0]))
       + "; sample A " + ", ".join(f"{a:+.4f}" for a in sample_std_advantage([0.0, 1.0])))
+g4 = [0.0, 0.0, 0.0, 1.0]  # the self-check's group
+g4_text = (" ".join(f"{a:+.4f}" for a in grpo_fixed.group_advantage(g4)), " ".join(f"{a:+.4f}" for a in
+                                                                                    sample_std_advantage(g4)))
+print(f"G = 4, rewards [0, 0, 0, 1]: population A {g4_text[0]}; sample A {g4_text[1]}")
+assert g4_text == ("-0.5774 -0.5774 -0.5774 +1.7321", "-0.5000 -0.5000 -0.5000 +1.5000")  # as quoted in the self-check
 print(f"{'G':>3} | {'max |A| pop':>11} {'max |A| sample':>14} {'ratio':>6} | "
       f"{'mean A^2 pop':>12} {'mean A^2 sample':>15}")
 for g in (2, 4, 8, 16):
@@ -1072,11 +1143,12 @@ assert (above, len(norms), f"{nb04_stabilisers.quantile(norms, 0.5):.3f}", f"{ma
 # %% [markdown]
 # On this toy LM the default cap sits *below* the typical norm: it clips 72 of the 80 steps (90%), median
 # pre-clip norm 2.042, largest 4.861. By the criterion of the next section that is not a guard but a
-# rescaling of almost every step. Under Adam a uniform rescale mostly cancels (Adam divides by the RMS of
-# the gradients it was given), so B11 changes little here too, but for a different reason than "gradients
-# are small": the cap is simply not selective. (verl 0.9.1's actor has the same default cap,
-# `actor_rollout_ref.actor.grad_clip: 1.0`. Whether a cap acts depends on the model's gradient scale, as it
-# does here: read the clip rate, not the cap.)
+# rescaling of almost every step, by a factor c/‖g_t‖ that differs from step to step. Adam is nearly
+# invariant to a constant gradient scale (it divides by the RMS of the gradients it was given), so under Adam
+# such a cap changes only how much each step weighs in the moment averages, and B11's run ends level with the
+# fixed one (notebook 01 §12), but for a different reason than "gradients are small": the cap is simply not
+# selective. (verl 0.9.1's actor has the same default cap, `actor_rollout_ref.actor.grad_clip: 1.0`. Whether
+# a cap acts depends on the model's gradient scale, as it does here: read the clip rate, not the cap.)
 #
 # ### 4.2 Where it does, and how to pick the cap
 #
@@ -1089,9 +1161,11 @@ assert (above, len(norms), f"{nb04_stabilisers.quantile(norms, 0.5):.3f}", f"{ma
 # whose pre-clip norm exceeds c. On healthy data it is what the percentile promises (about 1% for the
 # 99th); a clip rate that rises means spikes (or a norm distribution that drifted: re-check it); a clip
 # rate near 1 means the cap is no longer a guard but a different optimiser: every gradient is rescaled to
-# norm c. Under SGD that is literally a learning rate (every step has length lr·c); under Adam, which
-# divides each parameter's gradient by its own running RMS, a rescale of every step mostly cancels, and
-# what is left is that all steps weigh the same in Adam's moment averages.
+# norm c. Under SGD every step then has length lr·c along g_t/‖g_t‖: normalised gradient descent, whose
+# effective learning rate lr·c/‖g_t‖ changes from step to step (not a fixed, rescaled learning rate). Under
+# Adam, which divides each parameter's gradient by its own running RMS and so is nearly invariant to a
+# constant gradient scale, only the part of the rescale that varies across steps matters: every batch's
+# gradient enters the moment averages with the same norm c, so all steps weigh the same.
 # Here the healthy stretch is the same unnormalised run without glitches
 # (notebook 04 §3.1, s = 1):
 
@@ -1163,12 +1237,13 @@ assert [f"{v:.3f}" for v in (reward["none (B11)"], min(cap_rewards), max(cap_rew
 # norms of several hundred and the reward ends lowest (0.283); every cap does better (0.353 to 0.383), and
 # the differences between the caps are within one short run's noise.
 #
-# The lower caps clip more: 62.5% at c = 1 and 100% at c = 0.1. Those are no longer guards: every step is
-# cut to the same length c, so the glitch batches cannot be larger than the others. That is a property of
-# this broken reward, not advice: on a healthy run such a cap throws away the information in the step
-# length on most steps. The actual fix is upstream: with the advantages normalised again (last row) the same
-# glitches give the best reward of the five, 0.430; its clip rate (93.8%) is the default cap's behaviour on
-# this toy (the previous section), not the glitches (notebook 04 §3.3 explains why their damage stays small).
+# The lower caps clip more: 62.5% at c = 1 and 100% at c = 0.1. Those are no longer guards: every clipped
+# gradient is cut to the same norm c (at c = 0.1 every gradient), so a glitch batch's gradient is no larger
+# than the others'. That is a property of this broken reward, not advice: on a healthy run such a cap throws
+# away the information in the gradient's norm on most steps. The actual fix is upstream: with the advantages
+# normalised again (last row) the same glitches give the best reward of the five, 0.430; its clip rate
+# (93.8%) is the default cap's behaviour on this toy (the previous section), not the glitches
+# (notebook 04 §3.3 explains why their damage stays small).
 #
 # **Slider.** The gradient norm per inner step, for the B11 hybrid (left) and the fixed twin with the
 # chosen cap (right: grey pre-clip, blue applied, dotted c, dots the steps of glitch batches).
@@ -1222,8 +1297,8 @@ for label in ("1", "0.1", PICKED_LABEL):
 # Adam bounds the step a spike causes: the spike dominates both moment estimates, so once the bias
 # corrections are near 1 the step is about lr·(1 − β₁)/√(1 − β₂) ≈ 3.2·lr per coordinate, larger than a
 # normal step (lr) but not a giant one. The lasting damage is to the second-moment estimate v, which
-# remembers g² with a half-life of about 693 steps (β₂ = 0.999: ln 0.5 / ln 0.999). The toy: one parameter,
-# gradient 1 at every step except 1000 at step 10, lr = 0.01.
+# remembers g² with a half-life of about 693 steps (β₂ = 0.999: ln 0.5 / ln 0.999; both printed below). The
+# toy: one parameter, gradient 1 at every step except 1000 at step 10, lr = 0.01.
 
 # %%
 def adam_steps_after_spike(spike: float, max_grad_norm: float, *, steps=60, spike_at=10, lr=1e-2):
@@ -1241,16 +1316,24 @@ def adam_steps_after_spike(spike: float, max_grad_norm: float, *, steps=60, spik
     return moves
 
 
+BETA1, BETA2 = torch.optim.Adam([torch.zeros(1)]).defaults["betas"]  # (0.9, 0.999)
 moves = {label: adam_steps_after_spike(1000.0, c) for label, c in (("clip at 1", 1.0), ("no clip", math.inf))}
 for label, m in moves.items():
     print(f"{label:9s}: step before {m[9]:.4f}, at spike {m[10]:.4f}, 10 after {m[20]:.4f}, 40 after {m[50]:.4f}, "
           f"total over the 49 steps after {sum(m[11:]):.4f}")
+adam_consts = ((1 - BETA1) / math.sqrt(1 - BETA2), math.log(0.5) / math.log(BETA2), 1 / (1 - BETA2**11))
+print("late spike step (1 - beta1) / sqrt(1 - beta2) = {:.1f} lr; half-life of v ln 0.5 / ln beta2 = {:.0f} steps; "
+      "bias correction of v at step 11, 1 / (1 - beta2^11) = {:.1f}".format(*adam_consts))
 assert moves["no clip"][10] < moves["no clip"][9]  # the spike step itself is small, this early
 assert sum(moves["no clip"][11:]) < 0.15 * sum(moves["clip at 1"][11:])  # ... the stall after it is not
+m_no, m_clip = moves["no clip"], moves["clip at 1"]
+assert (f"{m_no[10]:.4f} {m_no[20]:.4f} {m_no[50]:.4f} {sum(m_no[11:]):.4f} {sum(m_clip[11:]):.4f} {m_clip[9]:.4f}",
+        "{:.1f} {:.0f} {:.1f}".format(*adam_consts)) == ("0.0048 0.0018 0.0002 0.0495 0.4900 0.0100",
+                                                         "3.2 693 91.4")  # as quoted
 
 # %% [markdown]
 # Unclipped, the spike step itself is even *smaller* than normal (0.0048), but only because the spike comes
-# this early: at step 10 the bias correction 1/(1 − β₂¹¹) ≈ 91 inflates the spike's share of v̂. Every step
+# this early: at step 10 the bias correction 1/(1 − β₂¹¹) = 91.4 inflates the spike's share of v̂. Every step
 # afterwards shrinks: 0.0018 per step ten steps later and 0.0002 forty steps later, instead of 0.0100. Over
 # the 49 steps after the spike the parameter travels 0.0495 instead of 0.4900. Clipped at 1, the spike is
 # just another gradient of norm 1.
@@ -1306,9 +1389,10 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # >   A < 0 branch of the surrogate, or numerics, not shown here). A cap below the typical norm (c = 1 on
 # >   this toy: 90% of steps) is a rescale, not a guard.
 # > - Pick c from the pre-clip norm distribution of a healthy stretch (a high percentile) and log the
-# >   clip rate: a rate far above what the percentile promises is an alarm; a rate near 1 means c has
-# >   turned SGD into normalised gradient descent, a step size lr·c/‖g‖ that changes every step (under Adam
-# >   the rescale mostly cancels): no longer a guard either way.
+# >   clip rate: a rate far above what the percentile promises is an alarm; a rate near 1 means every step
+# >   is rescaled. Under SGD every step then has length lr·c along g_t/‖g_t‖ (normalised gradient descent:
+# >   the effective learning rate lr·c/‖g_t‖ changes every step); under Adam, nearly invariant to a constant
+# >   scale, what remains is that every batch weighs the same. No longer a guard either way.
 # > - Under Adam a spike's step is bounded (about 3·lr late in training, smaller early), then momentum carries
 # >   its direction for about ten steps and the inflated second moment stalls that coordinate for thousands.
 # > - Log the **pre-clip** norm (as `optimizer_step` returns): the post-clip norm is always ≤ c and
@@ -1317,11 +1401,11 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # <details><summary>Question: in the glitch runs, c = 0.1 did as well as the cap picked from the healthy
 # distribution (0.383 vs 0.372). Should you cap at a tenth of the median norm? (Answer)</summary>
 #
-# No. Its clip rate is 100%: every gradient is rescaled to norm c (normalised gradient descent under SGD; under Adam
-# mostly cancelled, so all it does is weigh every batch the same), and what
-# it "fixed" is a reward that is broken on a third of the batches. The clip rate of the sensible cap
-# (37.5%, the glitch batches and 2 more steps) is the signal to go and fix the reward or restore the
-# normalisation (reward 0.430), not to lower c.
+# No. Its clip rate is 100%: every gradient is rescaled to norm c (under SGD every step then has length lr·c,
+# normalised gradient descent; under Adam the constant part of the rescale cancels and what is left is that
+# every batch weighs the same), and what it "fixed" is a reward that is broken on a third of the batches. The
+# clip rate of the sensible cap (37.5%, the glitch batches and 2 more steps) is the signal to go and fix the
+# reward or restore the normalisation (reward 0.430), not to lower c.
 # </details>
 
 # %% [markdown]
@@ -1355,7 +1439,8 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # <td>gradient spikes, and under Adam the momentum carry-over and long stall after one (late in the toy: back
 # to half speed 5807 steps after the spike)</td>
 # <td>also shortens legitimate large steps; c is read off the pre-clip norms and judged by its clip rate
-# (a rate near 1 turns SGD into normalised gradient descent; under Adam mostly cancelled)</td>
+# (at a rate near 1 every SGD step has length lr·c, normalised gradient descent; under Adam every batch then
+# weighs the same)</td>
 # </tr>
 # </table>
 #

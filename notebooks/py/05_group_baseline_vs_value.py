@@ -1326,6 +1326,51 @@ for G in (2, 8, 32):
 # </details>
 
 # %% [markdown]
+# ### 6.7 Sharper, not broader: pass@1 against pass@k
+#
+# **Question.** The reward rose. Did the policy learn to solve more prompts, or the same ones more reliably?
+#
+# pass@k, the chance that at least one of k samples is right, averaged over prompts, is
+# $\mathbb{E}_x[1 - (1 - p(x))^k]$; at $k = G$ it is also the share of a prompt's groups holding a success, so
+# $1 - \text{pass@}G$ is the all-fail part of the zero-variance groups of notebook 05 §6.1. Exact, over all 2500
+# prompts: the SFT model's $p(x)$ from there against the policy of notebook 05 §2's group-baseline (GRPO) run at
+# iteration 20:
+
+# %%
+group20 = snapshots["group"][SNAPSHOT][0]  # the GRPO run's policy, taken before iteration 20's rollout
+p_group20 = nb05_critic.exact_outcomes(group20, tokenizer, every, T_SAMPLE)[0][:, 1]  # (2500,) exact p(x)
+KS = (1, 2, 4, 8, 16, 64)
+
+
+def pass_at(p, k):
+    """pass@k = E_x[1 - (1 - p(x))^k]: at least one of k independent samples right, averaged over prompts."""
+    return (1 - (1 - p) ** k).mean().item()
+
+
+passes = {name: [pass_at(p, k) for k in KS] for name, p in (("SFT model", p_x), ("GRPO, iteration 20", p_group20))}
+print(f"{'':18s} " + " ".join(f"{'pass@' + str(k):>8s}" for k in KS) + "   hardest prompt's p(x)")
+for (name, row), p in zip(passes.items(), (p_x, p_group20), strict=True):
+    print(f"{name:18s} " + " ".join(f"{v:8.3f}" for v in row) + f"   {p.min():.4f}")
+sft_pass, rl_pass = (dict(zip(KS, row, strict=True)) for row in passes.values())
+assert rl_pass[1] > sft_pass[1] and all(rl_pass[k] < sft_pass[k] for k in (8, 16, 64))  # up at k = 1, down at k >= 8
+assert p_group20.min() < p_x.min() / 100  # some prompts became far harder
+assert [f"{v:.3f}" for v in (sft_pass[1], rl_pass[1], sft_pass[8], rl_pass[8], sft_pass[64], rl_pass[64])] == [
+    "0.304", "0.465", "0.930", "0.905", "1.000", "0.985"]  # as quoted
+assert [f"{p.min():.4f}" for p in (p_x, p_group20)] == ["0.0453", "0.0002"]  # as quoted
+
+# %% [markdown]
+# Twenty iterations of GRPO raised pass@1 from 0.304 to 0.465, and lowered pass@8 from 0.930 to 0.905 and pass@64
+# from 1.000 to 0.985: the policy got sharper on the prompts it already solved and lost prompts it used to solve now
+# and then (the hardest one's $p(x)$ fell from 0.0453 to 0.0002). One seed and a tiny model: this shows the mechanism,
+# not a law. On LLMs, Yue et al. (2025, *Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs
+# Beyond the Base Model?*) report the same tendency across model families and benchmarks: RL-trained models ahead at
+# pass@1, their base models ahead at large k. For the group baseline it is a failure that feeds itself: a prompt whose
+# $p(x)$ collapses stops producing groups with a success, so it stops producing signal at all (notebook 05 §6.1).
+#
+# > **You should know.** A rising training reward says the policy got better at what it samples; report pass@k at
+# > a few k beside pass@1 on a held-out set, and read samples, before calling it new ability.
+
+# %% [markdown]
 # ## 7. GRPO vs PPO in one table
 #
 # Numbers from this notebook (AdditionTask from the SFT checkpoint, $B=8$, $G=8$; iteration-20 snapshot and 50

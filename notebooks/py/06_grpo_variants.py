@@ -894,6 +894,99 @@ assert nb06_variants.cached_runs() == cached  # a slider move replays a cached r
 # </details>
 
 # %% [markdown]
+# **The window in log space.** The clip acts on ρ, but a gradient step moves log π, and there the window is not
+# symmetric: log(1 − ε) + log(1 + ε) = log(1 − ε²) < 0 for every 0 < ε < 1, so [1 − ε, 1 + ε] reaches further below
+# ratio 1 than above it in log-ratio. An A < 0 token's own gradient stays on until its log-prob has fallen by
+# −log(1 − ε), an A > 0 token's only until it has risen by log(1 + ε); in probability both sides stop at a change of
+# ε·π_old.
+
+# %%
+def log_window(eps_low, eps_high):
+    """The clip window [1 - eps_low, 1 + eps_high] in log-ratio: (log(1 - eps_low), log(1 + eps_high))."""
+    return math.log(1 - eps_low), math.log(1 + eps_high)
+
+
+sym_low, sym_high = log_window(0.2, 0.2)
+dapo_low, dapo_high = log_window(0.2, 0.28)
+print(f"eps 0.2: log-ratio window [{sym_low:+.3f}, {sym_high:+.3f}], sum log(1 - eps^2) = {sym_low + sym_high:+.3f}, "
+      f"room below / room above {-sym_low / sym_high:.3f}")
+print(f"symmetric in log space: eps_low = 1 - 1/1.2 = {1 - 1 / 1.2:.3f} for eps_high 0.2, "
+      f"eps_high = 1/0.8 - 1 = {1 / 0.8 - 1:.3f} for eps_low 0.2")
+print(f"DAPO (eps_low 0.2, eps_high 0.28): log-ratio window [{dapo_low:+.3f}, {dapo_high:+.3f}]")
+assert all(sum(log_window(e, e)) < 0 for e in (0.01, 0.1, 0.2, 0.5, 0.9))  # log(1 - eps^2) < 0
+assert abs(sum(log_window(0.2, 1 / 0.8 - 1))) < 1e-12 and abs(sum(log_window(1 - 1 / 1.2, 0.2))) < 1e-12
+assert [f"{x:+.3f}" for x in (sym_low, sym_high, sym_low + sym_high, dapo_high)] == [
+    "-0.223", "+0.182", "-0.041", "+0.247"] and f"{-sym_low / sym_high:.3f}" == "1.224"  # as quoted
+assert (f"{1 - 1 / 1.2:.3f}", f"{1 / 0.8 - 1:.3f}") == ("0.167", "0.250")  # as quoted
+
+# %% [markdown]
+# At ε = 0.2 an A < 0 token has 1.224 times the log-prob room of an A > 0 token (0.223 against 0.182 nats) before its
+# own gradient stops, which adds to the drift asymmetry of notebook 02 §3 (likely A > 0 tokens barely move through the
+# softmax). A window symmetric in log space is [1/(1 + ε), 1 + ε]: ε_low = 0.167 for ε_high = 0.2, or ε_high = 0.25
+# for ε_low = 0.2. DAPO's ε_high = 0.28 goes a little past that, to [−0.223, +0.247]; DAPO's own argument for it is
+# the rare tokens' small absolute gain (the first tiny input), not the log symmetry.
+#
+# **How an update moves the entropy.** Per position, with logits z and π = softmax(z), ∂H/∂z_a = −π(a)(log π(a) + H),
+# and Σ_a π(a)(log π(a) + H) = 0, so to first order a logit change Δz moves the entropy by
+#
+# $$\Delta H \approx -\sum_a \pi(a)\big(\log\pi(a) + H\big)\,\Delta z_a = -\mathrm{Cov}_{a\sim\pi}\big(\log\pi(a),\,
+# \Delta z_a\big).$$
+#
+# The step z_a += η A(a) gives ΔH ≈ −η Cov_π(log π, A). The plain policy-gradient step on E_π[A] moves z_a by
+# η π(a)(A(a) − E_π A) (∂E_π[A]/∂z_a, also the expected gradient of one sampled token's A ∇log π), so
+# ΔH ≈ −η Cov_π(log π, π (A − E_π A)): the same covariance, each token weighted once more by its probability. Tiny
+# input: π_old from above, advantage +1 on one token and 0 on the others, each slope against a finite difference.
+
+# %%
+def entropy(z):
+    """H(softmax(z)) over the last axis."""
+    logp = torch.log_softmax(z, -1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def entropy_slopes(z, advantage, h=1e-6):
+    """dH/deta at eta = 0 for the steps z += eta * A and z += eta * pi * (A - E_pi A) (the policy gradient):
+    -Cov_pi(log pi, step) and a central finite difference. -> {step: (covariance formula, finite difference)}"""
+    pi, logp = torch.softmax(z, -1), torch.log_softmax(z, -1)
+    cov = lambda x, y: (pi * (x - (pi * x).sum()) * (y - (pi * y).sum())).sum()  # noqa: E731
+    steps = {"z += eta A": advantage, "policy gradient": pi * (advantage - (pi * advantage).sum())}
+    return {name: (-cov(logp, dz).item(), ((entropy(z + h * dz) - entropy(z - h * dz)) / (2 * h)).item())
+            for name, dz in steps.items()}
+
+
+z_old = P_OLD.log()
+h_old = entropy(z_old).item()
+print(f"pi_old {P_OLD.tolist()}: H = {h_old:.4f}, e^-H = {math.exp(-h_old):.3f}")
+slopes = {}
+for token in (0, 3):
+    slopes[token] = entropy_slopes(z_old, torch.eye(4, dtype=torch.float64)[token])
+    print(f"A = +1 on token {token} (pi_old {P_OLD[token].item():.2f}): " + ", ".join(
+        f"{name} dH/deta {f:+.4f} (finite difference {d:+.4f})" for name, (f, d) in slopes[token].items()))
+g = torch.Generator().manual_seed(0)
+for _ in range(5):  # any logits and advantages, not just this tiny input
+    z, a = torch.randn(6, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
+    assert all(abs(f - d) < 1e-7 for f, d in entropy_slopes(z, a).values())
+    logits = z.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad((torch.softmax(logits, -1) * a).sum(), logits)  # d E_pi[A] / dz
+    assert torch.allclose(grad, torch.softmax(z, -1) * (a - (torch.softmax(z, -1) * a).sum()))
+assert all(abs(f - d) < 1e-7 for s in slopes.values() for f, d in s.values())
+assert all(f < 0 for f, _ in slopes[0].values()) and all(f > 0 for f, _ in slopes[3].values())  # likely: down
+assert P_OLD[0] > math.exp(-h_old) > P_OLD[3] and f"{math.exp(-h_old):.3f}" == "0.434"  # the sign flips at e^-H
+assert [f"{slopes[t][s][0]:+.4f}" for t in (0, 3) for s in ("z += eta A", "policy gradient")] == [
+    "-0.3344", "-0.1011", "+0.0377", "+0.0023"] and f"{h_old:.4f}" == "0.8343"  # as quoted
+
+# %% [markdown]
+# Raising a token likelier than e^{−H} (0.434 here) lowers the entropy (−0.3344 per unit η for the token at 0.70),
+# raising a rarer one raises it (+0.0377 for the token at 0.01); the policy-gradient step, which weights each token by
+# its probability once more, shrinks the rare token's push on the entropy to +0.0023. Good outcomes on likely tokens and
+# bad outcomes on rare ones both make the covariance positive and the entropy fall; only rare tokens with A > 0 raise
+# it, and those are the tokens the upper clip binds on (a likely token can hardly reach 1 + ε): the mechanism behind
+# DAPO's clip-higher. Cui et al. (2025, *The Entropy Mechanism of Reinforcement Learning for Reasoning Language
+# Models*) derive this covariance for LLM RL, report it mostly positive during training, and clip or KL-penalise the
+# tokens with the largest covariance (Clip-Cov, KL-Cov). The formula is per position and first order in the logit
+# change; in a network, Δz is whatever the parameter step induces at every position.
+
+# %% [markdown]
 # ## 4. Sequence-level ratio (GSPO)
 #
 # **Question.** The reward is per sequence, the ratio per token. What if the ratio is per sequence too?
@@ -1500,6 +1593,66 @@ assert len(spikes) == 2 and all(v > 5 * free[1] for _, v in spikes)
 # removes β altogether (while β·std(k) ≫ ε), so those completions get unit-scale advantages pushing
 # towards the reference, however small β is. In groups without task signal the penalty gets full weight.
 # </details>
+
+# %% [markdown]
+# **The optimum the KL term aims at.** For one prompt, maximise E_π[r] − β KL(π ‖ π_ref) over all distributions π
+# of its completions. With π*(y) = π_ref(y) e^{r(y)/β} / Z and Z = Σ_y π_ref(y) e^{r(y)/β}, the objective rewrites as
+#
+# $$\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\,\|\,\pi_\text{ref})
+# = \beta \log Z - \beta\,\mathrm{KL}(\pi\,\|\,\pi^*),$$
+#
+# so π* is the unique maximiser, with value β log Z. Tiny input: a bandit of five completions, the identity checked on
+# random policies, π* for β from 0.01 to 100, and the reward read back from each optimum:
+
+# %%
+REF_5 = torch.tensor([0.40, 0.30, 0.15, 0.10, 0.05], dtype=torch.float64)  # pi_ref of five completions
+R_5 = torch.tensor([0.0, 0.5, 1.0, 0.2, 0.9], dtype=torch.float64)  # their rewards
+
+
+def kl_div(p, q):
+    """KL(p || q) over the last axis."""
+    return (p * (p / q).log()).sum(-1)
+
+
+def regularised(pi, beta):
+    """E_pi[r] - beta KL(pi || pi_ref) of each row of pi."""
+    return (pi * R_5).sum(-1) - beta * kl_div(pi, REF_5)
+
+
+def kl_optimum(beta):
+    """pi*(y) = pi_ref(y) exp(r(y) / beta) / Z and beta log Z (in log space: beta = 0.01 puts e^100 in Z)."""
+    logits = REF_5.log() + R_5 / beta
+    return torch.softmax(logits, -1), beta * torch.logsumexp(logits, -1).item()
+
+
+g = torch.Generator().manual_seed(0)
+others = torch.softmax(3 * torch.randn(1000, 5, generator=g, dtype=torch.float64), -1)  # (1000, 5) random policies
+optima, read_back = {}, 0.0
+print(f"{'beta':>6} | {'pi*':>34} | {'E[r]':>5} {'KL':>6} {'beta log Z':>10}")
+for beta in (0.01, 0.1, 0.5, 2.0, 100.0):
+    pi_star, value = kl_optimum(beta)
+    optima[beta] = pi_star
+    assert torch.allclose(regularised(others, beta), value - beta * kl_div(others, pi_star))  # the identity
+    assert (regularised(others, beta) <= value + 1e-12).all() and abs(regularised(pi_star, beta) - value) < 1e-12
+    read_back = max(read_back, (R_5 - beta * (pi_star / REF_5).log() - value).abs().max().item())
+    print(f"{beta:6g} | {' '.join(f'{p:.3f}' for p in pi_star.tolist()):>34} | {(pi_star * R_5).sum():5.3f} "
+          f"{kl_div(pi_star, REF_5):6.3f} {value:10.3f}")
+print("read back: r(y) = beta log(pi*(y) / pi_ref(y)) + beta log Z for all five completions at every beta, "
+      f"to {'within 1e-9' if read_back < 1e-9 else 'NOT within 1e-9'}")
+assert read_back < 1e-9
+assert optima[0.01][2] > 0.999 and abs(kl_div(optima[0.01], REF_5) + math.log(0.15)) < 1e-3  # greedy: -log pi_ref
+assert (optima[100.0] - REF_5).abs().max() < 2e-3  # the reference
+assert [f"{optima[b][2]:.3f}" for b in (0.1, 0.5)] == ["0.880", "0.399"] and f"{-math.log(0.15):.3f}" == "1.897"
+
+# %% [markdown]
+# β is a temperature in reward units: at β = 0.01 the optimum puts all its mass on the best completion (reward 1), at a
+# KL of 1.897 = −log π_ref(best); at β = 100 it is π_ref; β = 0.1 puts 0.880 on the best completion, β = 0.5 only
+# 0.399. It never leaves π_ref's support: where π_ref(y) = 0, π*(y) = 0 for every finite β. Read backwards,
+# r(y) = β log(π*(y)/π_ref(y)) + β log Z for every completion (the line under the table): the basis of DPO, where in a
+# Bradley-Terry model of preferences between two completions of one prompt β log Z cancels, so the policy's own
+# log-ratio to the reference plays the reward model, and training needs neither a reward model nor sampling. All of
+# this is the optimum over every distribution, with the KL of whole completions (the sum of the per-token KLs along
+# them); a network trained for a few steps on a per-token KL estimate only heads towards it.
 
 # %% [markdown]
 # ## 7. Truncated completions

@@ -655,7 +655,9 @@ def current_final(run):
 
 
 def clip_fraction(run):
-    """Mean over iterations of the fraction of tokens clipped (A > 0 and A < 0 counted together, as logged)."""
+    """Mean over iterations of (clip_frac_pos + clip_frac_neg) / 2: the unweighted average of the two logged
+    per-sign fractions (A > 0 tokens with ratio > 1 + clip among the A > 0 tokens, A < 0 tokens with ratio
+    < 1 - clip among the A < 0 tokens, each over all inner steps), not the clipped share of all tokens."""
     h = run["history"]
     return sum((s["clip_frac_pos"] + s["clip_frac_neg"]) / 2 for s in h) / len(h)
 

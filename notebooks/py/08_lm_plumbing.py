@@ -432,6 +432,35 @@ plt.show()
 # </details>
 
 # %% [markdown]
+# **Two more ways to lose the EOS.** A tokenizer without a PAD token is often given `pad_token = eos_token` (TRL
+# 1.16.0's `GRPOTrainer` does so itself when `pad_token` is None, `grpo_trainer.py`), and `generate()` writes
+# `pad_token_id` into a finished row (notebook 08 §6). A mask built as `ids != pad_id` then drops the real EOS as well.
+# And text that was decoded and re-tokenised is not the sampled ids: decoding drops the special tokens. Both on the
+# probe row's answer, `'2'` then EOS, with the EOS id standing in for PAD:
+
+# %%
+hf_row = torch.tensor([[5, EOS, EOS, EOS]])  # (1, 4): '2', EOS, then generate()'s padding with pad_token_id == EOS
+by_pad_id = hf_row != EOS  # the mask `ids != pad_id`
+b14_mask = HYBRID["B14"].completion_mask(hf_row, EOS)
+print(f"ids != pad_id {by_pad_id.int().tolist()}   through the first EOS "
+      f"{eos_inclusive_mask(hf_row, EOS).int().tolist()}   B14's mask {b14_mask.int().tolist()}")
+assert torch.equal(by_pad_id, b14_mask)  # exactly B14's mask
+probe_row = rows[:1]  # (1, 4): [5, EOS, 7, EOS], the sampled ids
+answer_text = grpo_fixed.decode_completions(tokenizer, probe_row, grpo_fixed.completion_mask(probe_row, EOS))[0]
+retokenised = tokenizer.encode(answer_text, add_bos=False)
+print(f"sampled through the first EOS {probe_row[0, :2].tolist()} -> text {answer_text!r} "
+      f"-> re-tokenised {retokenised}")
+assert retokenised == probe_row[0, :1].tolist()  # one token short: the EOS is gone, B14 again
+
+# %% [markdown]
+# Either way the stop token is never a target: B14's effect without B14's code. TRL 1.16.0 avoids both: it never masks
+# by the pad id (it cuts each sampled row after its first EOS, `sequence_indices <= eos_idx`, and masks the padding by
+# each completion's length) and it trains on the sampled ids, decoding only for the reward. With a subword tokenizer,
+# re-tokenising can change ordinary text's ids as well: the sampler may have written a word in pieces the tokenizer
+# would merge, and encoding the decoded text returns the tokenizer's own split, so the loss would score tokens nobody
+# sampled. Train on the sampled ids, mask them through the first EOS, and decode only for the reward.
+
+# %% [markdown]
 # ## 4. B15 — prompts tiled instead of repeated
 # **What the logs show.** `mixed_groups` is 1 in every iteration: no group's $G$ samples share one prompt.
 # `adv_group_mean` stays at rounding level, and the reward is not visibly hurt.

@@ -415,6 +415,30 @@ def current_path(page) -> str | None:
     return page.evaluate(CURRENT_PATH_JS)
 
 
+# Where the `## K.` heading of the current notebook sits: its top relative to the notebook's panel, and the
+# panel's height (a rendered heading carries its text, spaces as '-', as data-jupyter-id, or as id).
+SECTION_HEADING_JS = """(k) => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const h = [...panel.node.querySelectorAll('h2')].find(h => h.textContent.startsWith(k + '. '));
+  if (!h) return null;
+  const r = h.getBoundingClientRect(), p = panel.content.node.getBoundingClientRect();
+  return {top: Math.round(r.top - p.top), height: Math.round(p.height),
+          id: h.getAttribute('data-jupyter-id') || h.id};
+}"""
+
+
+def section_heading(page, section: int) -> dict | None:
+    """{top, height, id} of the current notebook's `## K.` heading (None when not rendered)."""
+    return page.evaluate(SECTION_HEADING_JS, section)
+
+
+def activate(page, path: str) -> None:
+    """Bring the tab of the open document at `path` to the front."""
+    page.evaluate("(path) => { const w = [...window.jupyterapp.shell.widgets('main')]"
+                  ".find(w => w.context?.path === path); window.jupyterapp.shell.activateById(w.id); }", path)
+    page.wait_for_function(f"() => ({CURRENT_PATH_JS})() === {json.dumps(path)}", timeout=30_000)
+
+
 # ---- widgets in the page ----------------------------------------------------------------------------
 
 # {description: what the control shows} for every control inside a widget (slider readouts as rounded

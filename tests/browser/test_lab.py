@@ -7,7 +7,8 @@ copies of the notebooks, practice/ is where the panel draws its rounds: GRPO_PRA
 user settings (lab_driver.py beside this file, shared with `make bench`). First, the Lab itself: `/` opens
 notebooks/00_practice.ipynb (jupyter/jupyter_lab_config.json, installed by `make venv`) and no "get notified
 about official Jupyter news?" toast shows (the settings override jupyter/overrides.json answers it). Then
-notebook 00's panel draws, grades and hints a round and its link opens the round file. Per notebook:
+notebook 00's panel draws, grades and hints a round and its link opens the round file; its drill card's timer
+ticks in the browser and its "Backed by" link opens the cited notebook at that section. Per notebook:
   1. open it, Run All, fail on any error output (cells tagged raises-exception excepted);
   2. every live_plot's status line (`rendered clip=0.3`, hidden from the reader) must match what its
      sliders show, and every slider must be back where it was built (check cells probe other positions
@@ -238,6 +239,47 @@ def test_a_round_drawn_graded_and_hinted_from_notebook_00(page, lab_url, lab_dir
     panel.screenshot(path=str(shots / "practice_panel.png"), timeout=30_000)
     panel.get_by_role("link", name="Open").click()
     page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === 'practice/round_1.py'", timeout=60_000)
+
+
+def test_drill_card_timer_ticks_in_the_browser_and_its_link_opens_the_section(page, lab_url, shots):
+    """Notebook 00's drill card: after Next the seconds box counts up with no kernel thread (a hidden Play
+    widget drives it), Reveal stops it; the revealed "Backed by notebook NN §K" link opens notebooks/NN_*.ipynb
+    in the Lab, and clicked again from notebook 00 (the notebook now open) shows the `## K.` heading in view.
+    The first click scrolls there too under the Lab's default windowing mode (contentVisibility); this server
+    runs with windowing off (lab_driver.LAB_SETTINGS), under which JupyterLab 4.6 does not scroll a notebook
+    it has just opened. Nothing is scored: practice/ stays empty."""
+    run_clean(page, lab_url, START)
+    card = page.locator(".drill-card")
+    seconds = card.locator(".drill-card-seconds input")
+    play = card.locator(".widget-play")
+    assert play.count() == 1 and not play.is_visible(), "the Play widget that drives the timer is visible"
+    card.get_by_role("button", name="Next", exact=True).click()
+    try:
+        page.wait_for_function("(box) => Number(box.value) >= 3", arg=seconds.element_handle(), timeout=20_000)
+    except Exception as e:  # noqa: BLE001 - say what the card shows instead
+        raise AssertionError(f"the timer did not reach 3 s; it shows {seconds.input_value()!r}") from e
+    card.get_by_role("button", name="Reveal", exact=True).click()
+    link = card.get_by_role("link")
+    link.wait_for(timeout=30_000)
+    page.wait_for_function(lab.KERNEL_IDLE_JS, timeout=30_000)  # the stop arrived before the link
+    shown = int(seconds.input_value())
+    time.sleep(2.5)
+    assert int(seconds.input_value()) == shown, "the timer still ticks after Reveal"
+    said = lab.kernel_print(page, "from interview.drill_card import section_href\n"
+                                  "print(card.seconds, card.current.section, section_href(card.current))").split()
+    print(f"drill card: the timer showed {shown} s at Reveal, the kernel's clock {float(said[0]):.1f} s; "
+          f"link {said[2]}")
+    card.screenshot(path=str(shots / "drill_card.png"), timeout=30_000)
+    section, target = int(said[1]), "notebooks/" + said[2].split("#")[0]
+    page.wait_for_function("(a) => a.href.includes('/files/')", arg=link.element_handle(), timeout=30_000)
+    link.click()  # the Lab's link handler: a relative link resolved against notebook 00's folder
+    page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === '{target}'", timeout=60_000)
+    lab.activate(page, f"notebooks/{START}")
+    link.click()
+    page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === '{target}'", timeout=60_000)
+    page.wait_for_function(f"() => {{ const h = ({lab.SECTION_HEADING_JS})({section}); "
+                           "return h !== null && h.top >= 0 && h.top < h.height; }", timeout=30_000)
+    print(f"drill card: {target} §{section} heading at {lab.section_heading(page, section)}")
 
 
 @pytest.mark.skipif(not NOTEBOOK_NAMES, reason="no notebooks/NN_*.ipynb yet")

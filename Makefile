@@ -1,6 +1,6 @@
 # make lab   : set up .venv if needed, open JupyterLab at the repository root with notebooks/00_practice.ipynb
 # make test  : ruff, the test suite (browser tests skip without Debian's chromium), and nbval on every notebook
-# make sft   : rebuild the SFT checkpoint the trainer starts from (checkpoints/addition_sft, ~20 s, deterministic)
+# make sft   : rebuild the SFT checkpoint the trainer starts from (checkpoints/addition_sft, ~20 s, deterministic on one machine)
 # make bench : token_logprobs vs public implementations, the CLI run, notebook times, slider redraws in the browser, the grader (bench/README.md)
 # make mock  : a mock round, practice/round_N.py [ROUND=N] [BUGS=3|k|all] [HARD=1]; then make grade, make hint
 # make scratch : practice/scratch_N.py, the spec's functions as stubs to write [FUNCS=a,b|all]; then make grade FILE=

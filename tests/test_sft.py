@@ -1,5 +1,5 @@
 """sft.py, the SFT checkpoint the trainer starts from: the examples it trains on, its determinism, the committed
-checkpoint's vocabulary and starting reward, the command line, and (slow) a rebuild that reproduces the file."""
+checkpoint's vocabulary and starting reward, the command line, and (slow) a rebuild of the same kind and quality."""
 
 from __future__ import annotations
 
@@ -102,8 +102,12 @@ def test_the_command_line_writes_a_loadable_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_full_rebuild_reproduces_the_committed_checkpoint(tmp_path):
-    """`make sft` (sft.py with its defaults) gives back checkpoints/addition_sft, weights bit for bit."""
+def test_a_full_rebuild_gives_a_checkpoint_of_the_committed_ones_kind(tmp_path):
+    """`make sft` (sft.py with its defaults) gives back checkpoints/addition_sft's configuration and vocabulary, and a
+    model of the same quality: its reward on the same 512 prompts within 0.03 of the committed model's. Not the same
+    weights bit for bit: the run is deterministic on one machine (test_a_short_sft_run_is_deterministic), but another
+    CPU's float paths (AVX2 against AVX-512 kernels) change the rounding, and 1000 steps carry it far (on 2026-12-04
+    an AMD EPYC rebuild differed by up to 0.29 in a weight, reward 0.322 against the committed 0.320)."""
     proc = subprocess.run([sys.executable, str(ROOT / "sft.py"), "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -112,5 +116,7 @@ def test_a_full_rebuild_reproduces_the_committed_checkpoint(tmp_path):
     rebuilt = torch.load(tmp_path / "model.pt", weights_only=True)
     committed = torch.load(CHECKPOINT / "model.pt", weights_only=True)
     assert rebuilt.keys() == committed.keys()
-    different = [k for k in committed if not torch.equal(rebuilt[k], committed[k])]
-    assert not different, f"rebuilt weights differ: {different}"
+    assert all(rebuilt[k].shape == committed[k].shape for k in committed)
+    tokenizer = CharTokenizer.from_pretrained(CHECKPOINT)
+    rewards = [reward_at(TinyLM.from_pretrained(path).eval(), tokenizer) for path in (tmp_path, CHECKPOINT)]
+    assert abs(rewards[0] - rewards[1]) < 0.03, f"rebuilt reward {rewards[0]:.3f} vs committed {rewards[1]:.3f}"

@@ -65,7 +65,7 @@ print(f"every training run: the SFT model on AdditionTask, {nb07_off_policy.SHOR
 # %% [markdown]
 # **At a glance.** Rollouts of the SFT model (the same prompts and seed), and for every sampled token how far the
 # trainer's log-prob is from the sampler's: with bug B10 (training log-probs without the temperature, notebook 01 §11)
-# up to 1.7 nats, in the fixed twin up to 1.5e-06 with a float32 sampler and 0.021 with a bfloat16 one, while the ratio
+# up to 1.7 nats, in the fixed twin up to 1.8e-06 with a float32 sampler and 0.021 with a bfloat16 one, while the ratio
 # at the first inner step is exactly 1 in all three; §1 explains the bfloat16 gap and measures the bias it puts into the
 # gradient.
 
@@ -101,7 +101,7 @@ for label, batch in glance.items():
     first_step_gap[label] = (logp - batch["old_logprobs"])[batch["mask"]].exp().sub(1).abs().max().item()
     print(f"{label:21s}: largest gap {gaps[label].max().item():.2g} nats, median {gaps[label].median().item():.2g}; "
           f"max |rho - 1| at the first inner step {first_step_gap[label]:.1f}")
-assert [f"{gaps[label].max().item():.2g}" for label in glance] == ["1.7", "1.5e-06", "0.021"]  # prose
+assert [f"{gaps[label].max().item():.2g}" for label in glance] == ["1.7", "1.8e-06", "0.021"]  # prose
 assert all(value == 0 for value in first_step_gap.values())
 
 # %% [markdown]
@@ -366,7 +366,7 @@ for name, (batch, stats) in batches.items():
           f"{'fires' if fires else 'quiet'}")
 m = twin_mismatch
 assert 8 < largest < 9 and 1e-5 < m["bfloat16"]["kl"] < 2e-5 and 0.02 < m["bfloat16"]["max_abs"] < 0.03
-assert f"{m['float32']['kl']:.2e}" == "2.51e-09"  # quoted in this section's catalog note
+assert f"{m['float32']['kl']:.2e}" == "5.13e-09"  # quoted in this section's catalog note
 assert m["float8_e4m3fn"]["kl"] > 100 * m["bfloat16"]["kl"] and m["bfloat16"]["kl"] > 30 * m["float16"]["kl"]
 assert [m[name]["fires"] for name in nb07_off_policy.PRECISIONS] == [False, True, True, True]
 
@@ -422,15 +422,16 @@ token_share = {name: b[f"token TIS C={CAP:g}"] / b["uncorrected"] for name, b in
 print("token-level bias left, as a fraction of the uncorrected: "
       + ", ".join(f"{name} {share:.2f}" for name, share in token_share.items()))
 assert f"{bias['bfloat16']['uncorrected']:.1%}" == "0.6%" and f"{bias['float8_e4m3fn']['uncorrected']:.1%}" == "10.9%"
-assert all(0.4 < share < 0.7 for share in token_share.values())
-assert [f"{share:.2f}" for share in token_share.values()] == ["0.67", "0.45", "0.44"]  # prose
+assert all(0.25 < share < 0.7 for share in token_share.values())
+assert [f"{share:.2f}" for share in token_share.values()] == ["0.67", "0.27", "0.44"]  # prose
+assert f"{max(b['sequence IS (no cap)'] for b in bias.values()):.2e}" == "2.01e-07"  # as quoted (self-check 4)
 assert all(b[f"token TIS C={CAP:g}"] == b["token IS (no cap)"] and b["sequence IS (no cap)"] < 1e-6
            for b in bias.values())
 
 # %% [markdown]
 # On the trained policy the uncorrected update is off by 0.6% of its length with a bfloat16 sampler
-# and by 10.9% with float8. Token-level weights leave 0.44 to 0.67 of it (they remove a third to a little over
-# a half), and no more:
+# and by 10.9% with float8. Token-level weights leave 0.27 to 0.67 of it (they remove a third to nearly three
+# quarters), and no more:
 # the sequence's advantage is credited to every token, but each token is reweighted only for its own
 # draw, not for the draws of the prefix it continues or of the suffix that decides the reward. The
 # sequence-level weight p(y)/q(y) removes the bias completely (it is the exact importance weight, and
@@ -523,7 +524,7 @@ plt.show()
 # >   extremes. bfloat16 here: about 10⁻⁵ nats per token and single tokens 2.5% off; the weights spread
 # >   further as the logits grow (a sharper policy).
 # > - TIS multiplies each token's loss by min(p/q, C). Token-level weights are biased for sequence
-# >   rewards (they left 0.44 to 0.67 of the bias above); sequence-level weights are unbiased,
+# >   rewards (they left 0.27 to 0.67 of the bias above); sequence-level weights are unbiased,
 # >   with a variance that grows with the length. C trades the remaining bias against variance, and a
 # >   C below the weights that carry the signal undoes the correction.
 #
@@ -538,7 +539,7 @@ plt.show()
 # sides: TRL 1.16.0's `cast_lm_head_to_fp32` (same `grpo_config.py`: "Whether to cast the language modeling head of the
 # policy and reference models to float32") casts the trainer's head only; the vLLM sampler's precision is set on the
 # sampler's side. In this notebook's sampler, which rounds only the logits, that leaves only float32 rounding (the
-# float32 rows: 2.51e-09 nats per token).
+# float32 sampler's row: 5.13e-09 nats per token).
 
 # %% [markdown]
 # ## 2. Stale rollouts
@@ -665,7 +666,8 @@ def clip_fraction(run):
 stale_runs = {(k, anchor): stale_run(k, anchor) for k in K_VALUES for anchor in nb07_off_policy.ANCHORS}
 print(f"{'k':>2} | " + " | ".join(f"{a:^30s}" for a in nb07_off_policy.ANCHORS))
 print(f"{'':>2} | " + " | ".join(f"{'reward':>8} {'clipped':>8} {'|rho-1| 1st':>12}" for _ in nb07_off_policy.ANCHORS))
-print("   (reward: the current policy's own, mean of the last 10 iterations)")
+print("   (reward: the current policy's own, mean of the last 10 iterations; clipped: the mean of the per-sign clip\n"
+      "    fractions, (clip_frac_pos + clip_frac_neg) / 2, averaged over iterations)")
 for k in K_VALUES:
     cells = []
     for anchor in nb07_off_policy.ANCHORS:
@@ -675,8 +677,8 @@ for k in K_VALUES:
     print(f"{k:2d} | " + " | ".join(cells))
 
 # %% [markdown]
-# **Slider.** Staleness k; the reward and clip-fraction curves of the three anchors at that k (all runs
-# are computed above; moving the slider only redraws).
+# **Slider.** Staleness k; the reward and the mean of the per-sign clip fractions of the three anchors at that k
+# (all runs are computed above; moving the slider only redraws).
 
 # %% tags=["nbval-ignore-output"]
 ANCHOR_COLORS = {"behaviour": "tab:red", "current": "tab:blue", "current + TIS": "tab:green"}
@@ -688,7 +690,7 @@ for anchor, color in ANCHOR_COLORS.items():
 ax_sr.set(xlim=(0, nb07_off_policy.SHORT["steps"] - 1), ylim=(0.0, 1.0), xlabel="iteration",
           ylabel="reward of the current policy")
 ax_sc.set(xlim=(0, nb07_off_policy.SHORT["steps"] - 1), ylim=(0.0, 0.6), xlabel="iteration",
-          ylabel="clipped fraction of tokens")
+          ylabel="mean of the per-sign clip fractions")
 ax_sr.legend(fontsize="small", loc="upper left")
 title_stale = fig_stale.suptitle("")
 
@@ -710,7 +712,7 @@ display(w_stale)
 # %%
 for k in (2, 4):
     r = probe(w_stale, {"staleness k": k})
-    print(f"k = {k}: " + "   ".join(f"{a}: reward {rw:.3f}, clipped {cf:.3f}" for a, (rw, cf) in r.items()))
+    print(f"k = {k}: " + "   ".join(f"{a}: reward {rw:.3f}, per-sign clip mean {cf:.3f}" for a, (rw, cf) in r.items()))
 
 # %%
 final = {(k, a): current_final(run) for (k, a), run in stale_runs.items()}
@@ -736,20 +738,19 @@ print(f"current policy's final reward, k = 0 minus k = 4 (behaviour anchor): {dr
 assert f"{drop_k4:.3f}" == "0.056" and drop_k4 < seed_spread  # the k = 4 drop is within seed noise
 
 # %% [markdown]
-# The reward column is the *current* policy's own (sampled from it on the batch's prompts, mean of the
-# last 10 iterations), not the batch's: a stale batch's reward is the behaviour policy's, k updates old.
-# Read the behaviour column first. At the first inner step the ratio is already 1.44 (k = 2) to 2.35
-# (k = 4) away from 1 on its worst token (mean over iterations), and the clipped fraction climbs from
-# 0.044 (k = 0) to 0.116 and 0.155. Every token the logged clip fraction counts has zero gradient
-# (notebook 04 §1), and with the window centred on a stale policy many tokens are clipped *because the
-# current policy has already moved*, not because this batch pushed them. The current policy's final reward
-# is 0.423, 0.441 and 0.367 for k = 0, 2, 4: in 20 short iterations from the SFT model only k = 4
-# is lower, by 0.056, less than the spread between float32 seeds (0.080), so one seed shows the cost in the
-# clip budget, not yet in the reward. Anchored at the current policy, the clipped fraction stays at the
-# on-policy level (within 0.02 of 0.044 for every k) and the final reward within 0.06 of the on-policy
-# run's (0.447 and 0.434 against 0.423). The importance weight from μ to π_cur did not change the
-# outcome measurably: the largest difference between "current" and "current + TIS" (0.017) is smaller
-# than the float32 seed spread of notebook 07 §1 (0.080). How far from 1 those weights are is measured in
+# The reward column is the *current* policy's own (sampled from it on the batch's prompts, mean of the last 10
+# iterations), not the batch's: a stale batch's reward is the behaviour policy's, k updates old. Read the behaviour
+# column first. At the first inner step the ratio is already 1.44 (k = 2) to 2.35 (k = 4) away from 1 on its worst token
+# (mean over iterations), and the mean of the per-sign clip fractions, (clip_frac_pos + clip_frac_neg) / 2, climbs from
+# 0.044 (k = 0) to 0.116 and 0.155. Every token the two logged per-sign fractions count has zero gradient
+# (notebook 04 §1), and with the window centred on a stale policy many tokens are clipped *because the current policy
+# has already moved*, not because this batch pushed them. The current policy's final reward is 0.423, 0.441 and 0.367
+# for k = 0, 2, 4: in 20 short iterations from the SFT model only k = 4 is lower, by 0.056, less than the spread between
+# float32 seeds (0.080), so one seed shows the cost in the clip budget, not yet in the reward. Anchored at the current
+# policy, the mean of the per-sign clip fractions stays at the on-policy level (within 0.02 of 0.044 for every k) and
+# the final reward within 0.06 of the on-policy run's (0.447 and 0.434 against 0.423). The importance weight from μ to
+# π_cur did not change the outcome measurably: the largest difference between "current" and "current + TIS" (0.017) is
+# smaller than the float32 seed spread of notebook 07 §1 (0.080). How far from 1 those weights are is measured in
 # notebook 07 §3.
 #
 # > **You should know.**
@@ -909,6 +910,8 @@ for label, run in all_runs.items():
     r = summary[label]
     print(f"{label:28s} | {r['kl']:11.2e} {1 - r['ess']:9.2e} {r['ess']:6.3f} {r['ess_min']:7.3f} | "
           f"{r['out_kl']:>20d} {r['out_ess']:>4d}")
+bf16 = summary["sampler bfloat16"]
+assert [f"{x:.2e}" for x in (1 - bf16["ess"], bf16["kl"])] == ["2.95e-05", "1.48e-05"]  # as quoted
 
 # %%
 fig, (ax_a, ax_b) = nb07_off_policy.new_figure()
@@ -931,6 +934,7 @@ print("(1 - ESS) / (2 mismatch_kl): " + ", ".join(f"{label} {v:.2f}" for label, 
                                                     if label in ("sampler bfloat16", "sampler float8",
                                                                  "k=2, current", "k=4, current")))
 assert all(abs(ratio_to_2kl[label] - 1) < 0.05 for label in ("sampler bfloat16", "sampler float8"))
+assert [f"{ratio_to_2kl[label]:.2f}" for label in ("sampler bfloat16", "sampler float8")] == ["0.99", "0.98"]  # quoted
 
 
 def ess_kl_factors(run):
@@ -978,7 +982,7 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 
 # %% [markdown]
 # The two statistics divide the work. While the mismatch is small, 1 − ESS ≈ 2·mismatch_kl, the
-# χ² ≈ 2·KL of nearby distributions: within 5% for bfloat16 (2.98e-05 against 2 × 1.49e-05) and float8.
+# χ² ≈ 2·KL of nearby distributions: within 5% for bfloat16 (2.95e-05 against 2 × 1.48e-05) and float8.
 # For stale rollouts the ratio falls to 0.885 at k = 2 and 0.828 at k = 4 (current anchor), and the table splits
 # it exactly into two factors. The second, (1 − ESS)/χ², is 1/(1 + χ²) on each iteration, with χ² = 1/ESS − 1 =
 # CV²(w) the batch's own (the identity of the key equation): 1 − ESS = χ²/(1 + χ²) saturates as χ² grows, and at
@@ -1080,9 +1084,9 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 #    `use_vllm=True`; verl 0.9.1 `algorithm.rollout_correction.rollout_is` (YAML default null: no weights) with
 #    `rollout_is_threshold` (default 2.0) (notebook 07 §1).
 # 4. Uncorrected, the expected update is off by 5.79e-03 of its length with a bfloat16 sampler and 1.09e-01 with
-#    float8. Token-level weights leave 0.67, 0.45 and 0.44 of it (bfloat16, float16, float8); the sequence-level
+#    float8. Token-level weights leave 0.67, 0.27 and 0.44 of it (bfloat16, float16, float8); the sequence-level
 #    weight Π_t p(y_t)/q(y_t) = p(y)/q(y), the exact importance weight, removes it up to float rounding (at most
-#    2.37e-07). The sequence's advantage is credited to every token, but a token weight corrects only that token's
+#    2.01e-07). The sequence's advantage is credited to every token, but a token weight corrects only that token's
 #    own draw, not the prefix it continues or the suffix that decides the reward. The bias sits in the expected
 #    update, so more samples do not average it away. The price of the sequence level is variance that grows with
 #    the length: in the log-normal model (σ = 0.5, four tokens) the sequence-level ESS is 0.3561 against 0.7794
@@ -1091,17 +1095,17 @@ assert [(min(v), max(v)) for v in out_ess.values()] == [(1, 4), (8, 11)]
 #    gets zero gradient before the first step (so does an A = −1 token lowered to 0.70 × μ's): the trust region was
 #    spent by the k updates the data missed. Anchored at the current policy (π_old recomputed by the trainer),
 #    ρ = 1 and dL/dlog p = −1.000; TIS from μ scales it to −1.300. In the runs the behaviour anchor's first-step
-#    |ρ − 1| on the worst token (mean over iterations) was 1.440 at k = 2 and 2.350 at k = 4, and its clipped
-#    fraction climbed from 0.044 (k = 0) to 0.116 and 0.155, while with the current anchor it stayed at 0.048 and
-#    0.050. The behaviour anchor's reward (0.423, 0.441, 0.367 for k = 0, 2, 4) is lower only at k = 4, by 0.056,
-#    less than the float32 seed spread (0.080): one seed shows the cost in the clip budget, not yet in the reward;
-#    TIS on top of the current anchor changed the final reward by at most 0.017. verl 0.9.1
+#    |ρ − 1| on the worst token (mean over iterations) was 1.440 at k = 2 and 2.350 at k = 4, and the mean of its
+#    per-sign clip fractions climbed from 0.044 (k = 0) to 0.116 and 0.155, while with the current anchor it stayed
+#    at 0.048 and 0.050. The behaviour anchor's reward (0.423, 0.441, 0.367 for k = 0, 2, 4) is lower only at
+#    k = 4, by 0.056, less than the float32 seed spread (0.080): one seed shows the cost in the clip budget, not yet
+#    in the reward; TIS on top of the current anchor changed the final reward by at most 0.017. verl 0.9.1
 #    `algorithm.rollout_correction.bypass_mode: false` (its default) recomputes π_old; its fully async recipe sets
 #    it to true, the behaviour anchor. TRL 1.16.0's experimental async GRPO anchors at the sampled log-probs and
 #    bounds the lag with `AsyncGRPOConfig.max_staleness` (default 4) (notebook 07 §2).
 # 6. ESS = (Σw)²/(n Σw²) = 1/(1 + CV²(w)) ∈ [1/n, 1]: the fraction of the batch the weighted estimate is worth. Ten
 #    weights, one of them 10: 0.3312. With y ∼ q and w = p/q, in expectation ESS → 1/(1 + χ²(p ‖ q)), and for small
-#    mismatches χ² ≈ 2·KL, so 1 − ESS ≈ 2·KL: (1 − ESS)/(2·mismatch_kl) is 1.00 for the bfloat16 sampler and 0.98 for
+#    mismatches χ² ≈ 2·KL, so 1 − ESS ≈ 2·KL: (1 − ESS)/(2·mismatch_kl) is 0.99 for the bfloat16 sampler and 0.98 for
 #    float8. Exactly, 1 − ESS = χ²/(1 + χ²) with the batch's χ² = CV²(w), which saturates as χ² grows: for stale
 #    rollouts the ratio falls to 0.89 (k = 2) and 0.83 (k = 4, current anchor). Per token, 2(w − 1 − log w) exceeds (w −
 #    1)² exactly when w < 1, so χ² below 2·KL needs weights below 1; in the stale runs they hold 0.65 and 0.68 of 2·KL

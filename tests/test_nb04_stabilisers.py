@@ -116,6 +116,11 @@ def test_instrumented_run_records_every_iteration_and_is_cached():
     assert len(nb04_stabilisers.step_norms(run)) == 2 * cfg.inner_epochs * cfg.minibatches
     assert run["history"][0]["reward"] == pytest.approx(run["clean_reward"][0])  # scale 1, no glitch
     assert len(run["max_weight"]) == 2 and run["max_weight"][0] == 1.0  # iteration 0: the policy is the reference
+    ref = grpo_fixed.setup_run(grpo_fixed.AdditionTask(), cfg, 3)[1]  # the SFT checkpoint, frozen
+    assert all(torch.equal(p, q) for p, q in zip(run["ref_policy"].parameters(), ref.parameters(), strict=True))
+    assert not any(p.requires_grad for p in run["ref_policy"].parameters())
+    moved = [not torch.equal(p, q) for p, q in zip(run["policy"].parameters(), ref.parameters(), strict=True)]
+    assert any(moved)  # the policy kept is the trained one, not the reference
 
 
 def test_instrumented_run_uses_the_advantage_function_it_is_given():

@@ -145,8 +145,9 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
     (before the update), the clean reward and the number of glitched samples.
     advantage_fn, if given, replaces group_advantage (one group's rewards -> its advantages).
     exact_kl=False skips the exact KL (two extra forwards per iteration) and records NaN instead.
+    Also kept: the policy at the end of the run and its frozen reference (modules; copy before changing them).
     Cached: the same arguments return the same dict.
-    -> dict(history, inner, exact_kl, max_weight, clean_reward, glitches)"""
+    -> dict(history, inner, exact_kl, max_weight, clean_reward, glitches, policy, ref_policy)"""
     cfg = grpo_fixed.make_config(**overrides)  # hashable; equal configs share one run
     key = (bugs, advantage_fn, reward_scale, glitch_prob, glitch_size, seed, exact_kl, cfg)
     if key in _RUNS:
@@ -158,7 +159,7 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
     rollout, update_policy, refs = m.rollout, m.update_policy, {}
 
     def rollout_spy(policy, ref_policy, tokenizer, task, cfg, generator):
-        refs["ref"] = ref_policy
+        refs["policy"], refs["ref"] = policy, ref_policy
         return rollout(policy, ref_policy, tokenizer, task, cfg, generator)
 
     def update_spy(policy, optimizer, batch, cfg, generator):
@@ -175,6 +176,7 @@ def instrumented_run(*bugs, advantage_fn=None, reward_scale=1.0, glitch_prob=0.0
     what = "+".join(bugs) or "the fixed twin"
     out["history"] = m.train(task, seed=seed, on_iteration=iterations(what, cfg.steps), **overrides)
     out["clean_reward"], out["glitches"] = task.clean, task.glitches
+    out["policy"], out["ref_policy"] = refs["policy"], refs["ref"]
     _RUNS[key] = out
     return out
 

@@ -24,9 +24,11 @@
 #    as the loss's (same weights and code path, no dropout), and only there: every later minibatch, even one
 #    never trained on, sees a policy that already moved.
 # 2. What the drift's sign guarantees: to first order, one step raises the advantage-weighted log-ratio
-#    $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$. At small steps that shows as A > 0
-#    tokens drifting above ratio 1 and A < 0 tokens below on average, toward the side of the clip window each
-#    one hits; at a large step the per-sign mean ratios can swap while the weighted log-ratio stays positive.
+#    $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$. On this notebook's batch, at small
+#    steps, that shows as A > 0 tokens drifting above ratio 1 and A < 0 tokens below on average, toward the side of
+#    the clip window each one hits; at a large step the per-sign mean ratios swap while the weighted log-ratio stays
+#    positive. The per-sign sides are not guaranteed even for an infinitesimal step: under a token-mean loss,
+#    unequal lengths can make $\sum_t A_t \ne 0$, and that part of the gradient moves every sampled token the same way.
 # 3. When clipping engages, and what it does and does not bound.
 # 4. The illegitimate reasons for ratio ≠ 1 (or for a ratio that is 1 when it should not be): the
 #    recomputed-old-log-probs trap (B3), dropout (and why "the same mode for both passes" is not enough),
@@ -230,8 +232,9 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 # step from $\rho = 1$, is this *advantage-weighted* mean log-ratio, and nothing more. It does not say that
 # the A > 0 tokens' mean ratio goes above 1 and the A < 0 tokens' below: a positive weighted sum also comes
 # out of both groups' log-probs falling, the A < 0 ones further, and a mean *ratio* can be carried by a few
-# tokens that moved far. At small steps the per-sign means do land on those sides (the table below); at a
-# large step they can swap (the cell after it). Nor is it a statement about every token: parameters are
+# tokens that moved far. On this batch, at small steps, the per-sign means do land on those sides (the table
+# below); at a large step they swap (the cell after it); and on another batch even an infinitesimal step need not
+# put them there (the toy after that). Nor is it a statement about every token: parameters are
 # shared, and the same token in the same context can sit in sequences of both signs (all G samples share
 # the prompt).
 #
@@ -264,13 +267,12 @@ assert all(x > 2 for x in lopsided)  # the A<0 tokens fall at least twice as far
 assert f"{lopsided[0]:.2f} {min(lopsided):.2f} {lopsided[6]:.2f}" == "5.49 2.63 2.63"  # the values the text quotes
 
 # %% [markdown]
-# At this lr the per-sign means sit on the expected sides in every row after step 0: mean ratio above 1 for
-# A > 0 (1.0210 after one step, 1.0803 at k = 7), below 1 for A < 0 (0.8845, then 0.7890), and mean
+# At this lr, on this batch, the per-sign means sit on the expected sides in every row after step 0: mean ratio
+# above 1 for A > 0 (1.0210 after one step, 1.0803 at k = 7), below 1 for A < 0 (0.8845, then 0.7890), and mean
 # $A\log\rho$ positive at every step
-# (+0.1186 after one step, between +0.11 and +0.19 after that: not monotone, Adam's momentum and the shared
-# weights make the later steps overshoot and come back). Token by token it holds for only 53-70% of the
-# tokens (the `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the sharing
-# reasons above.
+# (+0.1186 after one step, between +0.11 and +0.19 after that: not monotone). Token by token it holds for only
+# 53-70% of the tokens (the `sign(log rho) == sign(A)` column; at k = 0 every log-ratio is exactly 0), for the
+# sharing reasons above.
 #
 # Only the weighted one is guaranteed, and only for a small step. The same replay at lr = 1e-2 (25 times the
 # default; the largest position of the slider in notebook 02 §4, which reuses this replay from the cache), with
@@ -307,7 +309,57 @@ assert f"{step1[token_adv < 0].max():.2f} {step1[token_adv < 0][~far].mean():.4f
 # is carried above 1 by 4 tokens whose ratio more than doubled (up to 61.14), while the other 72 average 0.6159,
 # and both medians are below 1 in the expected order (0.9694 for A > 0, 0.8838 for A < 0). At k = 4 and 5 even
 # the weighted log-ratio is negative (−0.0745, −0.1316): several large steps in, the first-order argument says
-# nothing. So quote the guaranteed quantity, and read the per-sign means as what small steps usually show.
+# nothing. So quote the guaranteed quantity, and read the per-sign means as what small steps showed on this
+# batch.
+#
+# Not even an infinitesimal step guarantees the per-sign sides. The gradient is
+# $g = \frac1n\sum_t A_t \nabla\log\pi(o_t)$; along a parameter direction that moves every sampled token's
+# log-prob by the same amount (in the toy below, the logit of a token nobody sampled) its component is
+# $\frac1n\sum_t A_t$ times that common rate. Group-centred advantages sum to 0 over *sequences*, but the
+# twins' token mean counts each sequence's A once per token, so $\sum_t A_t = \sum_i A_i |o_i|$, in general
+# $\ne 0$ when the lengths differ, and that part of the step shifts every token's log-prob the same way, A > 0
+# and A < 0 alike.
+# The tiny input: one prompt, two completions, "a" (1 token, A = +1) and "bb" (2 tokens, A = −1); at every
+# position the policy is softmax(0, 0, θ) over {a, b, c}, with θ = 0. One gradient step of size η on the twin's
+# `grpo_loss`, in float64:
+
+# %%
+toy_tokens = torch.tensor([[0, 0], [1, 1]])  # (N, T) "a" (then padding), "bb"
+toy_mask = torch.tensor([[True, False], [True, True]])  # (N, T)
+toy_adv = torch.tensor([1.0, -1.0], dtype=torch.float64)  # (N,) one advantage per sequence
+
+
+def toy_logprobs(theta):
+    """log pi of the toy's tokens under softmax(0, 0, theta) at every position. theta (1,) -> (N, T)"""
+    return torch.log_softmax(torch.cat([torch.zeros(2, dtype=torch.float64), theta]), -1)[toy_tokens]
+
+
+toy_theta = torch.zeros(1, dtype=torch.float64, requires_grad=True)  # (1,)
+toy_old = toy_logprobs(toy_theta).detach()  # (N, T) the ratio is exactly 1 here
+grpo_fixed.grpo_loss(toy_logprobs(toy_theta), toy_old, toy_adv, toy_mask, 0.2).backward()
+toy_grad = -toy_theta.grad.item()  # dJ/dtheta, J the surrogate
+toy_sum_adv = toy_adv[:, None].expand_as(toy_mask)[toy_mask].sum().item()  # sum_t A_t over the 3 tokens
+print(f"sum_t A_t = {toy_sum_adv:+.0f}, dJ/dtheta = {toy_grad:.6f} (1/9 = {1 / 9:.6f})")
+toy_rows = {}
+for eta in (1e-4, 1e-2, 1.0):
+    log_rho = toy_logprobs(torch.tensor([eta * toy_grad], dtype=torch.float64)) - toy_old  # (N, T)
+    weighted = masked_mean(toy_adv[:, None] * log_rho, toy_mask).item()
+    toy_rows[eta] = (log_rho[0, 0].exp().item(), log_rho[1, 0].exp().item(), weighted)
+    print(f"eta {eta:g}: ratio A>0 {toy_rows[eta][0]:.6f}  ratio A<0 {toy_rows[eta][1]:.6f}  "
+          f"mean A*log(rho) {weighted:+.2e}")
+print(f"this notebook's batch: (1/n) sum_t A_t = {token_adv.mean().item():+.4f} over {token_adv.numel()} tokens")
+assert toy_sum_adv == -1 and abs(toy_grad - 1 / 9) < 1e-15  # the loss's gradient pushes theta up
+assert all(pos < 1 and neg < 1 and w > 0 for pos, neg, w in toy_rows.values())  # A>0 below 1, weighted > 0
+assert f"{toy_rows[1e-4][0]:.6f} {toy_rows[1e-4][1]:.6f} {toy_rows[1e-4][2]:+.2e}" == "0.999996 0.999996 +1.23e-06"
+assert f"{token_adv.mean().item():+.4f}" == "+0.0082"  # as quoted
+
+# %% [markdown]
+# The surrogate's gradient raises θ (dJ/dθ = 1/9), the logit of the token nobody sampled, so both sampled
+# tokens lose probability by the same amount: after a step of 1e-4 both ratios are 0.999996, the A > 0 token's
+# below 1, while the weighted mean log-ratio is +1.23e-06 > 0, as the first-order argument promises. The same
+# at every step size printed. On a real batch the common-mode part is one component among many (this batch's
+# token mean of A is +0.0082, against advantages of magnitude near 1), so whether the per-sign means land on the
+# expected sides depends on the batch; only the weighted sum is guaranteed.
 #
 # Back at lr = 3e-3, note the asymmetry: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of
 # A > 0 − 1), is 5.49 at k = 1 (−0.1155 against +0.0210) and never below 2.63 (at k = 7: −0.2110 against
@@ -411,10 +463,11 @@ plt.show()
 # %% [markdown]
 # > **You should know.** An update raises the advantage-weighted log-ratio (to first order, for a small step):
 # > A > 0 tokens are pushed toward $1+\epsilon$ and A < 0 tokens toward $1-\epsilon$, precisely the sides where
-# > the clipped surrogate flattens. The per-sign mean ratios show it at small steps but are not guaranteed (they
-# > swap after one step at lr = 1e-2 above). That is why the fixed twin
-# > logs `clip_frac_pos` as "A > 0 and ratio > 1+clip" and `clip_frac_neg` as "A < 0 and ratio < 1-clip":
-# > a token on the *other* side (A > 0, ratio < 0.8) is not clipped at all, it keeps its full gradient.
+# > the clipped surrogate flattens. The per-sign mean ratios showed it at small steps on this batch but are not
+# > guaranteed: they swap after one step at lr = 1e-2 above, and when $\sum_t A_t \ne 0$ (a token mean over
+# > unequal lengths) even an infinitesimal step can move both signs the same way (the toy above). That is why the
+# > fixed twin logs `clip_frac_pos` as "A > 0 and ratio > 1+clip" and `clip_frac_neg` as "A < 0 and ratio <
+# > 1-clip": a token on the *other* side (A > 0, ratio < 0.8) is not clipped at all, it keeps its full gradient.
 #
 # <details><summary>Answer: a token with A > 0 has ratio 0.7 at inner step 3. Does it get gradient?</summary>
 #
@@ -1154,13 +1207,15 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 # 2. Old log-probs recomputed inside the inner loop (B3): the ratio is 1 at every step, so nothing is ever
 #    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates"
 #    (notebook 02 §4).
-# 3. What is guaranteed (to first order, one small step) is only $\sum_t A_t\Delta\log\pi_t \ge 0$: at small
-#    steps A > 0 tokens rise toward $1+\epsilon$ and A < 0 tokens fall toward $1-\epsilon$ on average, but at
-#    a large step the per-sign mean ratios can swap (lr = 1e-2 in notebook 02 §3). Why A < 0 drifts further:
-#    A > 0 tokens are already likely mid-run: their log-prob moves less per unit of gradient
-#    ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by $1/\pi_\text{old}$, while
-#    A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also carry a slightly larger mean
-#    $|A|$ (notebook 02 §3).
+# 3. What is guaranteed (to first order, one small step) is only $\sum_t A_t\Delta\log\pi_t \ge 0$. On the
+#    notebook's batch, at small steps, A > 0 tokens rise toward $1+\epsilon$ and A < 0 tokens fall toward
+#    $1-\epsilon$ on average; but at a large step the per-sign mean ratios can swap (lr = 1e-2 in notebook 02 §3),
+#    and even an infinitesimal step can lower both signs' log-probs when $\sum_t A_t \ne 0$ (a token mean over
+#    unequal lengths: that part of the gradient moves every sampled token the same way; the toy in notebook 02
+#    §3). Why A < 0 drifts further: A > 0 tokens are already likely mid-run: their log-prob moves less per unit
+#    of gradient ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by
+#    $1/\pi_\text{old}$, while A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also carry
+#    a slightly larger mean $|A|$ (notebook 02 §3).
 # 4. No: train mode draws a new dropout mask each forward, while the cached old log-probs were eval-mode. Two
 #    train-mode passes do not help either (two different masks). Fixes: eval mode for both passes, no dropout
 #    (TRL's `disable_dropout`), or the same dropout mask for both (notebook 02 §5.1).

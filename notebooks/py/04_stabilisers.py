@@ -39,6 +39,7 @@
 # `instrumented_run`, a cached `train()` that also records the inner steps and the exact KL.
 
 # %%
+import copy
 import functools
 import logging
 import math
@@ -497,27 +498,33 @@ print(f"most negative term, k3 in bfloat16 over all {len(every_bf16)} finite bf1
       f"(2^-8 = {2**-8:.4e})")
 print(f"most negative term, k3 in float32 over {len(some_fp32)} float32 log-ratios ~ N(0, 0.01^2): {floor_fp32:+.4e} "
       f"(2^-24 = {2**-24:.4e})")
+near_one = torch.tensor([-3.0e-8]).bfloat16().float()  # a bf16 log pi of a token with pi ~ 1, upcast
+fp32_from_bf16 = k3_terms(near_one, torch.zeros(1)).item()  # log pi_ref = 0
+print(f"k3 in float32 from bf16 inputs log pi = {near_one.item():.4e}, log pi_ref = 0: {fp32_from_bf16:+.4e}")
 assert k3_sign[torch.bfloat16][0] < 0 and k3_sign[torch.bfloat16][2] < 0 < k3_sign[torch.float64][2]  # bf16: < 0
-assert k3_sign[torch.float32][0] >= 0 and k3_sign[torch.float64][0] >= 0  # upcast first: every term >= 0
+assert k3_sign[torch.float32][0] >= 0 and k3_sign[torch.float64][0] >= 0  # upcast first: these 1000 terms >= 0
 assert floor_bf16 == -(2**-8) and floor_fp32 == -(2**-24)  # the rounding floor of each dtype
+assert fp32_from_bf16 == -(2**-24) and f"{near_one.item():.4e}" == "-3.0035e-08"  # as quoted
 assert [f"{k3_sign[d][0]:+.4e} {k3_sign[d][1]} {k3_sign[d][2]:+.3e}" for d in k3_sign] == [
     "-3.9062e-03 16 -6.247e-05", "+0.0000e+00 0 +1.827e-06", "+0.0000e+00 0 +1.827e-06"]  # as quoted
 
 # %% [markdown]
 # Evaluated in bfloat16, 16 of the 1000 terms are negative, down to −3.9062e-03 = −2⁻⁸, and the mean a
 # trainer evaluating k3 in bfloat16 would log is −6.247e-05 for an exact +1.827e-06: a negative k3 mean with
-# nothing wrong but the dtype. Upcast to float32 before k3, the same bf16-rounded log-probs give every term ≥ 0
-# and the exact mean to the digits printed. No term of the twin's k3 evaluated in bfloat16 can go below −2⁻⁸
-# (every finite bf16 log-ratio is checked). Float32 has a floor of its own, far smaller: the most negative of
-# the 100,000 random float32 terms is −2⁻²⁴ = −5.9605e-08 (none of the terms from bf16-rounded inputs is
-# negative). So a negative k3 mean is a bug only when it is below the rounding of the dtype k3 is evaluated in.
+# nothing wrong but the dtype. Upcast to float32 before k3, those 1000 bf16-rounded log-probs give every term
+# ≥ 0 and the exact mean to the digits printed. No term of the twin's k3 evaluated in bfloat16 can go below −2⁻⁸
+# (every finite bf16 log-ratio is checked). Float32 has a floor of its own, far smaller, and bf16 inputs reach it
+# too: the most negative of the 100,000 random float32 terms is −2⁻²⁴ = −5.9605e-08, and so is the term of a
+# token the policy is nearly sure of (bf16 log π = −3.0035e-08 against log π_ref = 0: exp rounds to 1, and
+# 1 − 3.0035e-08 rounds to 1 − 2⁻²⁴, float32's spacing just below 1). So a negative k3 mean is a bug only when it
+# is below the rounding of the dtype k3 is evaluated in.
 #
 # > **You should know.**
 # > - k1 unbiased but noisy and often negative; k2 low variance but biased; k3 unbiased, ≥ 0, low
 # >   variance near the reference (because E_π[r] = 1 makes the added r − 1 a zero-mean control variate).
 # > - k3 ≥ 0 holds in exact arithmetic. Evaluated in bfloat16 a term can be −2⁻⁸ and the mean of
-# >   near-reference tokens negative; upcast the log-probs to float32 before k3 (the most negative float32
-# >   term above is −2⁻²⁴).
+# >   near-reference tokens negative; upcast the log-probs to float32 before k3, where a term can still be
+# >   −2⁻²⁴ (float32's own rounding; −5.9605e-08 above, from bf16 inputs too).
 # > - B8 reverses the log-ratio: it estimates χ² − KL, right near the reference and far too large
 # >   once the policy has learned something the reference found unlikely; its gradient is ½∇χ²(π ‖ π_ref),
 # >   still toward the reference but with a per-token weight π/π_ref − 1 that is unbounded.
@@ -530,7 +537,8 @@ assert [f"{k3_sign[d][0]:+.4e} {k3_sign[d][1]} {k3_sign[d][2]:+.3e}" for d in k3
 # the policy, and its batch mean is a noisy estimate of a small positive number. A negative *k3* mean is a
 # bug only when it is below the rounding of the dtype k3 is evaluated in: k3 ≥ 0 term by term in exact
 # arithmetic, but evaluated in bfloat16 a term can be −2⁻⁸ (−3.9062e-03) and the 1000 near-reference tokens
-# above average −6.247e-05; evaluated in float32 from the same bf16 log-probs every term is ≥ 0.
+# above average −6.247e-05; evaluated in float32 from those 1000 bf16 log-probs every term is ≥ 0, and in
+# general a float32 term can be −2⁻²⁴ = −5.9605e-08, float32's own rounding floor.
 # </details>
 
 # %% [markdown]
@@ -616,38 +624,83 @@ for label in ("0.5", "0"):
 flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"],
              "-0.1": nb04_stabilisers.instrumented_run(beta=-0.1, **SHORT)}
 warnings_per_run = {label: sum(bool(s["health"]) for s in run["history"]) for label, run in flip_runs.items()}
-print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL at it 9':>16} {'exact KL (last 10)':>18} "
+first_kl = {label: sum(run["exact_kl"][:10]) / 10 for label, run in flip_runs.items()}  # iterations 0-9
+last_kl = {label: tail_mean(run["exact_kl"]) for label, run in flip_runs.items()}  # iterations 10-19
+peak_kl = {label: max(run["exact_kl"]) for label, run in flip_runs.items()}
+print(f"{'beta':>5} | {'reward (last 10)':>16} {'exact KL (first 10)':>19} {'(last 10)':>9} {'(max)':>6} "
       f"{'entropy (last)':>14} {'health warnings':>15}")
 for label, run in flip_runs.items():
-    print(f"{label:>5} | {tail_mean(run['clean_reward']):16.3f} {run['exact_kl'][9]:16.3f} "
-          f"{tail_mean(run['exact_kl']):18.3f} {run['history'][-1]['entropy']:14.3f} "
-          f"{warnings_per_run[label]:15d}")
+    print(f"{label:>5} | {tail_mean(run['clean_reward']):16.3f} {first_kl[label]:19.3f} {last_kl[label]:9.3f} "
+          f"{peak_kl[label]:6.3f} {run['history'][-1]['entropy']:14.3f} {warnings_per_run[label]:15d}")
 fig, (ax_k, ax_e) = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
 for (label, run), color in zip(flip_runs.items(), (FIXED, REFERENCE, BUGGY), strict=True):
     ax_k.plot(run["exact_kl"], color=color, label=f"beta {label}")
     ax_e.plot([s["entropy"] for s in run["history"]], color=color, label=f"beta {label}")
-ax_k.set(xlabel="iteration", ylabel="exact KL(pi || pi_ref)", title="KL runs away with the sign flipped")
+ax_k.axvline(9.5, color="0.6", lw=0.8, ls=":")  # first 10 | last 10 iterations
+ax_k.set(xlabel="iteration", ylabel="exact KL(pi || pi_ref)", title="KL to the reference, three signs of beta")
 ax_e.set(xlabel="iteration", ylabel="sampling entropy (nats)", title="sampling entropy")
 ax_k.legend(fontsize="small")
 plt.show()
 flipped, free = flip_runs["-0.1"], flip_runs["0"]
-assert flipped["exact_kl"][9] > 3 * free["exact_kl"][9]  # faster than with no penalty at all
-assert tail_mean(flipped["exact_kl"]) > tail_mean(free["exact_kl"])
+assert first_kl["-0.1"] > 2 * max(first_kl["0"], first_kl["+0.1"])  # early: apart from both
+assert last_kl["+0.1"] > last_kl["0"] and peak_kl["+0.1"] > last_kl["-0.1"]  # late: a correct run is as high
 assert abs(flipped["history"][-1]["entropy"] - free["history"][-1]["entropy"]) < 0.1  # no collapse (yet)
 assert tail_mean(flipped["clean_reward"]) < tail_mean(free["clean_reward"])
 assert warnings_per_run["-0.1"] == 0  # no health check fires
-assert [f"{v:.3f}" for v in (flipped["exact_kl"][9], free["exact_kl"][9], tail_mean(flipped["exact_kl"]),
-                             tail_mean(flipped["clean_reward"]), flipped["history"][-1]["entropy"],
-                             free["history"][-1]["entropy"])] == ["0.333", "0.086", "0.241", "0.403", "0.688", "0.649"]
+assert [f"{first_kl[b]:.3f} {last_kl[b]:.3f} {peak_kl[b]:.3f}" for b in flip_runs] == [
+    "0.073 0.212 0.491", "0.088 0.119 0.151", "0.214 0.241 0.525"]  # as quoted
+assert [f"{v:.3f}" for v in (tail_mean(flipped["clean_reward"]), flipped["history"][-1]["entropy"],
+                             free["history"][-1]["entropy"])] == ["0.403", "0.688", "0.649"]  # as quoted
 
 # %% [markdown]
-# With the sign flipped the KL climbs faster than with no penalty at all (0.333 vs 0.086 nats at
-# iteration 9, 0.241 vs 0.119 over the last 10) and the reward ends lower (0.403 against 0.469, within
-# this short run's noise): the penalty now pays the policy for being different from the reference, not
-# for being right. In 20 iterations the sampling entropy has not collapsed (0.688 vs 0.649); what a longer
-# run would do is not measured here. The KL cannot grow without bound in any case, since KL(π ‖ π_ref) ≤
-# max_x log(1/π_ref(x)) at each position. No health check fires (the last column): the KL *is*
-# positive, just growing for the wrong reason. The signature is KL rising faster than in a β = 0 run.
+# With the sign flipped the KL climbs from the start: 0.214 nats per token over the first 10 iterations,
+# against 0.088 with no penalty (β = 0) and 0.073 with the correct sign (β = +0.1). Over the last 10 that
+# margin is gone: the flipped run's 0.241 sits beside the correctly signed run's 0.212, whose series is as
+# spiky (up to 0.491 against the flipped run's 0.525), and in this seed even β = +0.1 ends above β = 0
+# (0.212 against 0.119). So in a short run a flipped sign is separable early, against both a β = 0 and a +β
+# run, and late it is within the noise of a correct run. The reward ends lower (0.403 against 0.469 for
+# β = 0, within this short run's noise): the penalty now pays the policy for being different from the
+# reference, not for being right. In 20 iterations the sampling entropy has not collapsed (0.688 vs 0.649);
+# what a longer run would do is not measured here. The KL cannot grow without bound in any case, since
+# KL(π ‖ π_ref) ≤ max_x log(1/π_ref(x)) at each position. No health check fires (the last column): the KL *is*
+# positive, just growing for the wrong reason.
+#
+# A curve comparison is statistics; the sign itself can be tested in one step. Set every advantage to 0, so
+# that the loss is β·k3 alone, and take one small plain gradient step (SGD, lr 1e-2: the trainer's Adam would
+# carry momentum from the earlier batches' policy-gradient steps) with the trainer's own `update_policy`. To
+# first order that step changes the batch's k3 by −η β ‖∇k3‖², so KL to the reference must fall when β > 0
+# and rise when β < 0, and the exact KL follows it here. The probe, on a fresh batch sampled from each run's
+# final policy, with that run's β:
+
+# %%
+def zero_advantage_probe(policy, ref_policy, beta, lr=1e-2, seed=0):
+    """One SGD step of the fixed twin's update_policy (one full-batch step, the config's beta) on a fresh
+    batch from `policy` whose advantages are all set to 0: the loss is beta * k3 alone.
+    -> exact KL(pi || pi_ref) per token on that batch, before and after the step"""
+    policy = copy.deepcopy(policy)  # the run's own policy stays as it is
+    cfg = grpo_fixed.make_config(beta=beta, inner_epochs=1, minibatches=1, **SHORT)
+    task, generator = grpo_fixed.AdditionTask(), torch.Generator().manual_seed(seed)
+    batch, _ = grpo_fixed.rollout(policy, ref_policy, grpo_fixed.CharTokenizer(task.alphabet), task, cfg, generator)
+    batch["advantages"] = torch.zeros_like(batch["advantages"])  # (N,) no policy-gradient signal left
+    before = nb04_stabilisers.exact_token_kl(grpo_fixed, policy, ref_policy, batch, cfg.temperature)
+    grpo_fixed.update_policy(policy, torch.optim.SGD(policy.parameters(), lr=lr), batch, cfg, generator)
+    return before, nb04_stabilisers.exact_token_kl(grpo_fixed, policy, ref_policy, batch, cfg.temperature)
+
+
+probe_kl = {label: zero_advantage_probe(run["policy"], run["ref_policy"], float(label))
+            for label, run in flip_runs.items()}
+print(f"{'beta':>5} | {'exact KL before':>15} {'after one step, A = 0':>21} {'change':>10}")
+for label, (before, after) in probe_kl.items():
+    print(f"{label:>5} | {before:15.4f} {after:21.4f} {after - before:+10.2e}")
+assert probe_kl["+0.1"][1] < probe_kl["+0.1"][0] and probe_kl["-0.1"][1] > probe_kl["-0.1"][0]  # the sign
+assert probe_kl["0"][1] == probe_kl["0"][0]  # beta = 0: no gradient at all, nothing moves
+assert [f"{a - b:+.2e}" for b, a in probe_kl.values()] == ["-3.57e-03", "+0.00e+00", "+6.87e-02"]  # as quoted
+
+# %% [markdown]
+# The correctly signed run's step lowers the KL to the reference (by 3.57e-03), the flipped run's raises it
+# (by 6.87e-02), and β = 0 has nothing to test (no gradient, no change). Unlike the curves this needs no
+# comparison run, only the checkpoint and the config; on a real trainer it is one extra step on a copy of the
+# model. The step must be small and free of momentum, since the argument is first-order.
 #
 # ### 2.5 Why the reference, and not the old policy
 #
@@ -688,9 +741,11 @@ assert max(first_step_old) == 0.0 and last_step_old < 0.1 < run["inner"][19][0][
 # > **You should know.**
 # > - β trades reward for staying close: here β = 0.5 held the exact KL at 0.073 nats/token against
 # >   0.119 to 0.212 for β ≤ 0.1; 20 iterations of 64 samples are too few to measure its cost in reward.
-# > - A flipped sign on the penalty does not crash anything: KL rises faster than with no penalty (4× at
-# >   iteration 9) and reward ends lower. Compare against a β = 0 run to see it. A flipped k1 *in the loss*
-# >   does nothing in expectation; in the reward it repels.
+# > - A flipped sign on the penalty does not crash anything: the KL climbs from the start (0.214 over the
+# >   first 10 iterations against 0.088 at β = 0 and 0.073 at β = +0.1), but late in a short run it is within
+# >   the noise of a correctly signed run (0.241 against 0.212 over the last 10). The decisive check is one
+# >   small SGD step with every advantage set to 0: the KL to the reference must fall (here −3.57e-03; flipped
+# >   +6.87e-02). A flipped k1 *in the loss* does nothing in expectation; in the reward it repels.
 # > - The ratio clip bounds one iteration's step against π_old; the KL anchor bounds the total drift
 # >   against π_ref. π_old cannot do the second job: KL to it restarts from 0 every rollout.
 #
@@ -1465,14 +1520,17 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # variate that is negatively correlated with k1 and cancels most of its noise and all of its negative values.
 # </details>
 #
-# 3. Your KL to the reference rises faster than in a β = 0 run while reward falls. First thing to check?
+# 3. Your KL to the reference climbs from the first iterations, faster than in both a β = 0 and a correctly
+#    signed run, while reward falls. First thing to check, and how do you confirm it?
 # <details><summary>Answer</summary>
 #
-# The sign of the penalty: `pg_loss - beta * kl`, or a negative β from a config. A k1 term with its sign
-# flipped would do it only in the *reward* (through the score function); in the loss k1's expected gradient
-# is 0 either way. Reversing the log-ratio inside k3 (B8) would not do it either: it changes the value
-# (χ² − KL) and the gradient (½∇χ²), but that gradient still points toward the reference (notebook 04 §2.2);
-# its symptom is gradient-norm spikes, not a runaway KL (notebook 03 §6).
+# The sign of the penalty: `pg_loss - beta * kl`, or a negative β from a config. Confirm it without a curve
+# comparison (late in a short run a flipped sign is within the noise of a correct run, notebook 04 §2): set
+# every advantage to 0 and take one small SGD step; the KL to the reference must fall, and it rises if the sign
+# is flipped. A k1 term with its sign flipped would do it only in the *reward* (through the score function); in
+# the loss k1's expected gradient is 0 either way. Reversing the log-ratio inside k3 (B8) would not do it
+# either: it changes the value (χ² − KL) and the gradient (½∇χ²), but that gradient still points toward the
+# reference (notebook 04 §2.2); its symptom is gradient-norm spikes, not a runaway KL (notebook 03 §6).
 # </details>
 #
 # 4. You multiply all rewards by 100 in a trainer without advantage normalisation, using Adam. Does the

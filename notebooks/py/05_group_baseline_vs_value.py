@@ -1221,14 +1221,14 @@ assert torch.allclose(v_exact[:-1].double(), exact20[i, :L], atol=1e-6)  # the b
 assert true_adv[0] > 0 > grpo_adv and true_adv[1] < 0 and (true_adv[2:] == 0).all()  # right digit pushed down
 assert critic_adv[1.0][0] < 0  # lambda = 1: r - V_phi(s_0), the same sign as GRPO's
 assert (every[i], texts[i]) == ("24+10=", "33")  # prose
-quoted = [(all_probs[i, 1], 0.8106), (true_adv[0], 0.0910), (true_adv[1], -0.9016), (v_critic[0, 0], 0.5372),
+quoted = [(all_probs[i, 1], 0.8105), (true_adv[0], 0.0910), (true_adv[1], -0.9016), (v_critic[0, 0], 0.5372),
           *zip(critic_adv[0.0].tolist(), (0.0726, -0.0876, -0.5223), strict=True)]
 assert all(abs(x - q) < 6e-5 for x, q in quoted)  # prose
 
 # %% [markdown]
-# The first token, 3, is right: it *raised* the chance of success from 0.8106 to 0.9016 (true advantage
+# The first token, 3, is right: it *raised* the chance of success from 0.8105 to 0.9016 (true advantage
 # $+0.0910$). The second 3 is the mistake ($-0.9016$), and after it the EOS changes nothing (0). GRPO gives all
-# three the same $r - V(x) = -0.8106$: the right first digit is pushed down as hard as the mistake, and the
+# three the same $r - V(x) = -0.8105$: the right first digit is pushed down as hard as the mistake, and the
 # harmless EOS too. The critic with $\lambda = 1$ ($r - V_\phi(s_t)$) has the same signs. With $\lambda = 0$
 # ($V_\phi(s_{t+1}) - V_\phi(s_t)$) the iteration-20 critic gets the signs of the first two tokens right
 # ($+0.0726$, $-0.0876$), but its sizes are far off and it blames the EOS with $-0.5223$: it still believes
@@ -1288,7 +1288,7 @@ plt.show()
 # samples needed for the same gradient precision grow linearly in $T$. At $T=64$ more than 4 in 10 right
 # tokens are pushed *down*. A critic helps only if it is accurate: with a learned $V_\phi$, $\lambda<1$
 # trades this variance for the critic's bias (the AdditionTask table above: $V_\phi(s_0) = 0.5372$ against the
-# exact 0.8106).
+# exact 0.8105).
 #
 # ### 6.6 Environments that cannot be reset to the same state
 #
@@ -1348,20 +1348,40 @@ def pass_at(p, k):
 
 
 passes = {name: [pass_at(p, k) for k in KS] for name, p in (("SFT model", p_x), ("GRPO, iteration 20", p_group20))}
-print(f"{'':18s} " + " ".join(f"{'pass@' + str(k):>8s}" for k in KS) + "   hardest prompt's p(x)")
-for (name, row), p in zip(passes.items(), (p_x, p_group20), strict=True):
-    print(f"{name:18s} " + " ".join(f"{v:8.3f}" for v in row) + f"   {p.min():.4f}")
+print(f"{'':18s} " + " ".join(f"{'pass@' + str(k):>8s}" for k in KS))
+for name, row in passes.items():
+    print(f"{name:18s} " + " ".join(f"{v:8.3f}" for v in row))
 sft_pass, rl_pass = (dict(zip(KS, row, strict=True)) for row in passes.values())
 assert rl_pass[1] > sft_pass[1] and all(rl_pass[k] < sft_pass[k] for k in (8, 16, 64))  # up at k = 1, down at k >= 8
-assert p_group20.min() < p_x.min() / 100  # some prompts became far harder
 assert [f"{v:.3f}" for v in (sft_pass[1], rl_pass[1], sft_pass[8], rl_pass[8], sft_pass[64], rl_pass[64])] == [
     "0.304", "0.465", "0.930", "0.905", "1.000", "0.985"]  # as quoted
-assert [f"{p.min():.4f}" for p in (p_x, p_group20)] == ["0.0453", "0.0002"]  # as quoted
+
+# %%
+# per prompt: which prompts rose, which collapsed
+change = p_group20 / p_x  # (2500,)
+sft_hard, rl_hard, worst = p_x.argmin().item(), p_group20.argmin().item(), change.argmin().item()
+for label, i in (("the SFT model's hardest prompt", sft_hard), ("the GRPO policy's hardest prompt", rl_hard)):
+    print(f"{label} {every[i]!r}: p(x) {p_x[i]:.4f} -> {p_group20[i]:.4f}")
+fell = {n: (change < 1 / n).sum().item() for n in (1, 10, 100)}  # p(x) fell more than n-fold
+below = [(p < 0.01).sum().item() for p in (p_x, p_group20)]
+print(f"largest relative drop: {every[worst]!r}; p(x) fell on {fell[1]} of {len(every)} prompts, more than 10x on "
+      f"{fell[10]}, more than 100x on {fell[100]}; prompts below 0.01: {below[0]} before, {below[1]} after")
+upper = p_x > p_x.median()  # (2500,) the prompts the SFT model solved most often
+rose = [(p_group20[sel] > p_x[sel]).float().mean().item() for sel in (upper, ~upper)]
+print(f"p(x) rose on {rose[0]:.0%} of the prompts above the SFT model's median p(x), on {rose[1]:.0%} of those below")
+assert worst == rl_hard and p_group20[sft_hard] > p_x[sft_hard] / 2  # the collapse hit another prompt
+assert (every[rl_hard], f"{p_x[rl_hard]:.4f}", f"{p_group20[rl_hard]:.4f}") == ("37+1=", "0.2158", "0.0002")
+assert (every[sft_hard], f"{p_x[sft_hard]:.4f}", f"{p_group20[sft_hard]:.4f}") == ("5+7=", "0.0453", "0.0309")
+assert (fell, below) == ({1: 554, 10: 66, 100: 5}, [0, 31]) and [f"{r:.0%}" for r in rose] == ["86%", "69%"]
 
 # %% [markdown]
 # Twenty iterations of GRPO raised pass@1 from 0.304 to 0.465, and lowered pass@8 from 0.930 to 0.905 and pass@64
-# from 1.000 to 0.985: the policy got sharper on the prompts it already solved and lost prompts it used to solve now
-# and then (the hardest one's $p(x)$ fell from 0.0453 to 0.0002). One seed and a tiny model: this shows the mechanism,
+# from 1.000 to 0.985. $p(x)$ rose on most prompts, more often on those the SFT model solved most often (86% of those
+# above its median, 69% below), while some prompts it used to solve now and then collapsed: `37+1=`, solved 22% of the
+# time by the SFT model (0.2158), fell to 0.0002, 66 prompts fell more than tenfold and 5 more than a hundredfold, and
+# 31 now sit below 0.01, where the SFT model had none. The SFT model's own hardest prompt, `5+7=`, only went from
+# 0.0453 to 0.0309: the prompts that collapse need not be the ones that were hard. One seed and a tiny model: this
+# shows the mechanism,
 # not a law. On LLMs, Yue et al. (2025, *Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs
 # Beyond the Base Model?*) report the same tendency across model families and benchmarks: RL-trained models ahead at
 # pass@1, their base models ahead at large k. For the group baseline it is a failure that feeds itself: a prompt whose

@@ -815,9 +815,16 @@ low, mid, high = (clip_table[eps] for eps in EPS_HIGH)
 assert low["clip_frac_pos"] > mid["clip_frac_pos"] > high["clip_frac_pos"]  # a wider window clips fewer A > 0
 assert low["reward"] < mid["reward"] < high["reward"] and low["entropy"] > mid["entropy"] > high["entropy"]
 assert all(row["rare"] > 1 + eps > row["likely"] > 1 for eps, row in clip_table.items())  # past its own cap
+printed = {key: [f"{row[key]:.3f}" for row in clip_table.values()]
+           for key in ("clip_frac_pos", "reward", "entropy", "rare")}  # the table's columns, eps_high 0.2, 0.28, 0.4
+assert printed == {"clip_frac_pos": ["0.135", "0.101", "0.073"], "reward": ["0.238", "0.277", "0.306"],
+                   "entropy": ["0.927", "0.803", "0.724"], "rare": ["1.402", "1.286", "1.489"]}  # as quoted
+likely = [row["likely"] for row in clip_table.values()]
+assert (f"{min(likely):.3f}", f"{max(likely):.3f}") == ("1.001", "1.009")  # as quoted
 start_entropy = clip_run(0.2).history[0]["entropy"]  # the same initial policy in all three runs
 print(f"entropy at the first iteration {start_entropy:.3f}")
 assert all(row["entropy"] > 0.7 * start_entropy for row in clip_table.values())  # no collapse in 20 iterations
+assert f"{start_entropy:.3f}" == "0.937"  # as quoted
 
 # %% tags=["nbval-ignore-output"]
 # the slider figure: built here, shown (and redrawn in place) by live_plot
@@ -854,18 +861,18 @@ assert nb06_variants.cached_runs() == cached  # a slider move replays a cached r
 
 # %% [markdown]
 # No entropy collapse to prevent here: the policy starts from the addition SFT checkpoint (entropy 0.937 at the first
-# iteration) and the twin (ε_high = 0.2) ends its 20 iterations at 0.942 (last 10). Raising ε_high does what the tiny
-# input says to the clipping: the share of A > 0 tokens past their run's upper cap falls (0.133, 0.102, 0.073 for ε_high
-# = 0.2, 0.28, 0.4), and on this seed the reward rises (0.239, 0.275, 0.306) while the entropy falls (0.800 and 0.724
-# against 0.942). Only the clip fraction's order follows from the mechanism; the reward's and the entropy's are this one
+# iteration) and the twin (ε_high = 0.2) ends its 20 iterations at 0.927 (last 10). Raising ε_high does what the tiny
+# input says to the clipping: the share of A > 0 tokens past their run's upper cap falls (0.135, 0.101, 0.073 for ε_high
+# = 0.2, 0.28, 0.4), and on this seed the reward rises (0.238, 0.277, 0.306) while the entropy falls (0.803 and 0.724
+# against 0.927). Only the clip fraction's order follows from the mechanism; the reward's and the entropy's are this one
 # seed's, and a claim about them needs several seeds. DAPO's entropy argument concerns rare tokens, whose probability a
-# tight upper clip keeps from growing. After the update the rare A > 0 tokens' median ratio is 1.396, 1.309 and 1.489,
-# past each run's own 1 + ε_high, while the likely ones barely move (1.002 to 1.009). The clip stops only a token's own
+# tight upper clip keeps from growing. After the update the rare A > 0 tokens' median ratio is 1.402, 1.286 and 1.489,
+# past each run's own 1 + ε_high, while the likely ones barely move (1.001 to 1.009). The clip stops only a token's own
 # gradient; three things can carry it further, and these runs do not tell them apart: other tokens' gradients through
 # the shared parameters (the second tiny input above), the step that crosses the cap (an Adam step moves every parameter
 # by about lr whatever the gradient's size, so it can overshoot), and Adam's momentum, which keeps moving the parameters
 # for a few steps after the token's gradient stops. One seed: read the directions, not the sizes. These clip fractions
-# (0.073 to 0.133) are shares of the A > 0 tokens: TRL's `clip_ratio/high_mean` divides the same count by all completion
+# (0.073 to 0.135) are shares of the A > 0 tokens: TRL's `clip_ratio/high_mean` divides the same count by all completion
 # tokens, so on these runs it would read lower.
 #
 # > **You should know.**
@@ -921,8 +928,10 @@ assert (f"{1 - 1 / 1.2:.3f}", f"{1 / 0.8 - 1:.3f}") == ("0.167", "0.250")  # as 
 
 # %% [markdown]
 # At ε = 0.2 an A < 0 token has 1.224 times the log-prob room of an A > 0 token (0.223 against 0.182 nats) before its
-# own gradient stops, which adds to the drift asymmetry of notebook 02 §3 (likely A > 0 tokens barely move through the
-# softmax). A window symmetric in log space is [1/(1 + ε), 1 + ε]: ε_low = 0.167 for ε_high = 0.2, or ε_high = 0.25
+# own gradient stops. That can add to the drift asymmetry of notebook 02 §3 in later inner steps, once tokens reach the
+# window's edges; at the first step nothing is clipped yet, and the asymmetry there comes from the softmax (likely
+# A > 0 tokens barely move through it). A window symmetric in log space is [1/(1 + ε), 1 + ε]: ε_low = 0.167 for
+# ε_high = 0.2, or ε_high = 0.25
 # for ε_low = 0.2. DAPO's ε_high = 0.28 goes a little past that, to [−0.223, +0.247]; DAPO's own argument for it is
 # the rare tokens' small absolute gain (the first tiny input), not the log symmetry.
 #
@@ -935,7 +944,7 @@ assert (f"{1 - 1 / 1.2:.3f}", f"{1 / 0.8 - 1:.3f}") == ("0.167", "0.250")  # as 
 # The step z_a += η A(a) gives ΔH ≈ −η Cov_π(log π, A). The plain policy-gradient step on E_π[A] moves z_a by
 # η π(a)(A(a) − E_π A) (∂E_π[A]/∂z_a, also the expected gradient of one sampled token's A ∇log π), so
 # ΔH ≈ −η Cov_π(log π, π (A − E_π A)): the same covariance, each token weighted once more by its probability. Tiny
-# input: π_old from above, advantage +1 on one token and 0 on the others, each slope against a finite difference.
+# input: π_old from above, advantage +1 or −1 on one token and 0 on the others, each slope against a finite difference.
 
 # %%
 def entropy(z):
@@ -957,11 +966,16 @@ def entropy_slopes(z, advantage, h=1e-6):
 z_old = P_OLD.log()
 h_old = entropy(z_old).item()
 print(f"pi_old {P_OLD.tolist()}: H = {h_old:.4f}, e^-H = {math.exp(-h_old):.3f}")
-slopes = {}
+slopes, slopes_neg = {}, {}  # A = +1 and A = -1 on one token
 for token in (0, 3):
-    slopes[token] = entropy_slopes(z_old, torch.eye(4, dtype=torch.float64)[token])
-    print(f"A = +1 on token {token} (pi_old {P_OLD[token].item():.2f}): " + ", ".join(
-        f"{name} dH/deta {f:+.4f} (finite difference {d:+.4f})" for name, (f, d) in slopes[token].items()))
+    for sign, table in ((1, slopes), (-1, slopes_neg)):
+        table[token] = entropy_slopes(z_old, sign * torch.eye(4, dtype=torch.float64)[token])
+        print(f"A = {sign:+d} on token {token} (pi_old {P_OLD[token].item():.2f}): " + ", ".join(
+            f"{name} dH/deta {f:+.4f} (finite difference {d:+.4f})" for name, (f, d) in table[token].items()))
+centred = P_OLD * (P_OLD.log() + h_old)  # pi(b)(log pi(b) + H): the policy-gradient step's threshold, below
+threshold = (P_OLD * centred).sum().item()
+print(f"policy gradient on token a lowers H iff pi(a)(log pi(a) + H) > sum_b pi(b)^2 (log pi(b) + H) = "
+      f"{threshold:+.4f}")
 g = torch.Generator().manual_seed(0)
 for _ in range(5):  # any logits and advantages, not just this tiny input
     z, a = torch.randn(6, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
@@ -971,19 +985,30 @@ for _ in range(5):  # any logits and advantages, not just this tiny input
     assert torch.allclose(grad, torch.softmax(z, -1) * (a - (torch.softmax(z, -1) * a).sum()))
 assert all(abs(f - d) < 1e-7 for s in slopes.values() for f, d in s.values())
 assert all(f < 0 for f, _ in slopes[0].values()) and all(f > 0 for f, _ in slopes[3].values())  # likely: down
+assert all(f > 0 for f, _ in slopes_neg[0].values()) and all(f < 0 for f, _ in slopes_neg[3].values())  # A < 0: up
+assert all(abs(slopes_neg[t][s][0] + slopes[t][s][0]) < 1e-15 for t in (0, 3) for s in slopes[t])  # linear in A
+for token in range(4):  # the policy-gradient step's sign flips at its own threshold, not at e^-H
+    pg_slope = entropy_slopes(z_old, torch.eye(4, dtype=torch.float64)[token])["policy gradient"][0]
+    assert (pg_slope < 0) == (centred[token].item() > threshold)
 assert P_OLD[0] > math.exp(-h_old) > P_OLD[3] and f"{math.exp(-h_old):.3f}" == "0.434"  # the sign flips at e^-H
 assert [f"{slopes[t][s][0]:+.4f}" for t in (0, 3) for s in ("z += eta A", "policy gradient")] == [
     "-0.3344", "-0.1011", "+0.0377", "+0.0023"] and f"{h_old:.4f}" == "0.8343"  # as quoted
 
 # %% [markdown]
-# Raising a token likelier than e^{−H} (0.434 here) lowers the entropy (−0.3344 per unit η for the token at 0.70),
-# raising a rarer one raises it (+0.0377 for the token at 0.01); the policy-gradient step, which weights each token by
-# its probability once more, shrinks the rare token's push on the entropy to +0.0023. Good outcomes on likely tokens and
-# bad outcomes on rare ones both make the covariance positive and the entropy fall; only rare tokens with A > 0 raise
-# it, and those are the tokens the upper clip binds on (a likely token can hardly reach 1 + ε): the mechanism behind
+# For the step z += ηA, raising a token likelier than e^{−H} (0.434 here) lowers the entropy (−0.3344 per unit η for
+# the token at 0.70), raising a rarer one raises it (+0.0377 for the token at 0.01). The policy-gradient step, which
+# weights each token by its probability once more, shrinks the rare token's push on the entropy to +0.0023, and its
+# threshold is not e^{−H}: raising token a lowers H iff π(a)(log π(a) + H) > Σ_b π(b)²(log π(b) + H) (the line under
+# the slopes). ΔH is linear in A, so A = −1 flips every sign (+0.3344 for the likely token, −0.0377 for the rare one):
+# raising likely tokens (A > 0) or lowering rare ones (A < 0) makes the covariance positive and lowers the entropy;
+# rare tokens with A > 0 and likely tokens with A < 0 raise it. Likely tokens in failed completions are common in GRPO,
+# and the lower clip bounds their fall once their ratio drops below 1 − ε; the rare A > 0 tokens are the ones the upper
+# clip binds on (a likely token can hardly reach 1 + ε), and clip-higher loosens that bound: the mechanism behind
 # DAPO's clip-higher. Cui et al. (2025, *The Entropy Mechanism of Reinforcement Learning for Reasoning Language
 # Models*) derive this covariance for LLM RL, report it mostly positive during training, and clip or KL-penalise the
-# tokens with the largest covariance (Clip-Cov, KL-Cov). The formula is per position and first order in the logit
+# tokens with the largest covariance (Clip-Cov, KL-Cov; in verl 0.9.1 the policy losses `clip_cov` and `kl_cov` of
+# `actor_rollout_ref.actor.policy_loss.loss_mode`, `core_algos.py`). The formula is per position and first order in
+# the logit
 # change; in a network, Δz is whatever the parameter step induces at every position.
 
 # %% [markdown]
@@ -1601,8 +1626,11 @@ assert len(spikes) == 2 and all(v > 5 * free[1] for _, v in spikes)
 # $$\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\,\|\,\pi_\text{ref})
 # = \beta \log Z - \beta\,\mathrm{KL}(\pi\,\|\,\pi^*),$$
 #
-# so π* is the unique maximiser, with value β log Z. Tiny input: a bandit of five completions, the identity checked on
-# random policies, π* for β from 0.01 to 100, and the reward read back from each optimum:
+# so π* is the unique maximiser, with value β log Z. k3 in the loss follows the gradient of another objective,
+# E_π[r] − β KL(π_ref ‖ π) (the tiny input above), whose maximiser satisfies r(y) + β π_ref(y)/π(y) = λ:
+# π(y) = β π_ref(y)/(λ − r(y)), with λ > max r set so that π sums to 1. Tiny input: a bandit of five completions, the
+# identity checked on random policies, π* for β from 0.01 to 100, the reward read back from each optimum, and in the
+# last column the optimum k3 in the loss drives to:
 
 # %%
 REF_5 = torch.tensor([0.40, 0.30, 0.15, 0.10, 0.05], dtype=torch.float64)  # pi_ref of five completions
@@ -1625,34 +1653,58 @@ def kl_optimum(beta):
     return torch.softmax(logits, -1), beta * torch.logsumexp(logits, -1).item()
 
 
+def k3_optimum(beta):
+    """The maximiser of E_pi[r] - beta KL(pi_ref || pi): pi(y) = beta pi_ref(y) / (lam - r(y)), lam by bisection on
+    (max r, max r + beta + 1], where the sum falls from infinity to below 1."""
+    low, high = R_5.max().item(), R_5.max().item() + beta + 1
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if (beta * REF_5 / (mid - R_5)).sum() > 1 else (low, mid)
+    return beta * REF_5 / (high - R_5)
+
+
 g = torch.Generator().manual_seed(0)
 others = torch.softmax(3 * torch.randn(1000, 5, generator=g, dtype=torch.float64), -1)  # (1000, 5) random policies
-optima, read_back = {}, 0.0
-print(f"{'beta':>6} | {'pi*':>34} | {'E[r]':>5} {'KL':>6} {'beta log Z':>10}")
+optima, k3_optima, read_back = {}, {}, 0.0
+print(f"{'beta':>6} | {'pi*':>34} | {'E[r]':>5} {'KL':>6} {'beta log Z':>10} | {'k3 in the loss: optimum':>34}")
 for beta in (0.01, 0.1, 0.5, 2.0, 100.0):
     pi_star, value = kl_optimum(beta)
     optima[beta] = pi_star
     assert torch.allclose(regularised(others, beta), value - beta * kl_div(others, pi_star))  # the identity
     assert (regularised(others, beta) <= value + 1e-12).all() and abs(regularised(pi_star, beta) - value) < 1e-12
     read_back = max(read_back, (R_5 - beta * (pi_star / REF_5).log() - value).abs().max().item())
+    k3_optima[beta] = pi_k3 = k3_optimum(beta)
+    forward = lambda pi, beta=beta: (pi * R_5).sum(-1) - beta * kl_div(REF_5, pi)  # noqa: E731  E[r] - beta KL(ref || pi)
+    assert abs(pi_k3.sum() - 1) < 1e-12 and (forward(others) <= forward(pi_k3) + 1e-12).all()  # its maximiser
     print(f"{beta:6g} | {' '.join(f'{p:.3f}' for p in pi_star.tolist()):>34} | {(pi_star * R_5).sum():5.3f} "
-          f"{kl_div(pi_star, REF_5):6.3f} {value:10.3f}")
+          f"{kl_div(pi_star, REF_5):6.3f} {value:10.3f} | {' '.join(f'{p:.3f}' for p in pi_k3.tolist()):>34}")
 print("read back: r(y) = beta log(pi*(y) / pi_ref(y)) + beta log Z for all five completions at every beta, "
       f"to {'within 1e-9' if read_back < 1e-9 else 'NOT within 1e-9'}")
 assert read_back < 1e-9
 assert optima[0.01][2] > 0.999 and abs(kl_div(optima[0.01], REF_5) + math.log(0.15)) < 1e-3  # greedy: -log pi_ref
 assert (optima[100.0] - REF_5).abs().max() < 2e-3  # the reference
 assert [f"{optima[b][2]:.3f}" for b in (0.1, 0.5)] == ["0.880", "0.399"] and f"{-math.log(0.15):.3f}" == "1.897"
+assert all((p > 0.001).all() for p in k3_optima.values())  # k3's optimum keeps mass on every completion
+assert [f"{k3_optima[b][2]:.3f}" for b in (0.01, 0.1, 0.5)] == ["0.984", "0.848", "0.456"]  # as quoted
 
 # %% [markdown]
-# β is a temperature in reward units: at β = 0.01 the optimum puts all its mass on the best completion (reward 1), at a
+# For this objective β is a temperature in reward units: at β = 0.01 the optimum puts all its mass on the best
+# completion (reward 1), at a
 # KL of 1.897 = −log π_ref(best); at β = 100 it is π_ref; β = 0.1 puts 0.880 on the best completion, β = 0.5 only
 # 0.399. It never leaves π_ref's support: where π_ref(y) = 0, π*(y) = 0 for every finite β. Read backwards,
 # r(y) = β log(π*(y)/π_ref(y)) + β log Z for every completion (the line under the table): the basis of DPO, where in a
 # Bradley-Terry model of preferences between two completions of one prompt β log Z cancels, so the policy's own
-# log-ratio to the reference plays the reward model, and training needs neither a reward model nor sampling. All of
-# this is the optimum over every distribution, with the KL of whole completions (the sum of the per-token KLs along
-# them); a network trained for a few steps on a per-token KL estimate only heads towards it.
+# log-ratio to the reference plays the reward model, and training needs neither a reward model nor sampling.
+#
+# π* is the target only when the gradient is that of E[r] − β KL(π ‖ π_ref) over whole completions: the KL in the
+# reward, k1 summed over the tokens into the return (Ziegler et al., verl's `use_kl_in_reward`, TRL's `RLOOTrainer`).
+# k3 in the loss (GRPO; verl 0.9.1's default `kl_loss_type: low_var_kl`) pulls along ∇KL(π_ref ‖ π), and its optimum
+# (last column) keeps mass on every completion and is never greedy: 0.848 on the best completion at β = 0.1 against
+# π*'s 0.880, 0.456 at β = 0.5 against 0.399, 0.984 at β = 0.01 against 1.000. On sequences a per-token KL term in the
+# loss, even TRL's ρ·k3 or the exact KL at each position, is differentiated with the sampled prefix held fixed: it
+# misses the gradient through which prefixes get visited, so it is not the gradient of the whole-completion KL either.
+# And under GRPO's advantage (r − mean)/σ_x, maximising E[A] − β KL is maximising E[r] − β σ_x KL: the temperature is
+# β·σ_x, per prompt, not β.
 
 # %% [markdown]
 # ## 7. Truncated completions
@@ -1902,8 +1954,8 @@ plt.show()
 #    `clip_ratio_high`, DAPO's 0.28; keep the lower clip at 0.2) lets rare tokens climb faster. The clip caps the
 #    incentive, not the probability: with a bias shared by two contexts, the rare token passed 1.2 at step 10 and its
 #    own gradient was exactly 0 from then on, yet its ratio ended at 1.8586, carried by the other context's gradient. On
-#    ReverseTask a wider upper clip clipped fewer A > 0 tokens (0.133, 0.102, 0.073 for ε_high = 0.2, 0.28, 0.4) and on
-#    this seed the reward rose (0.239, 0.275, 0.306) while the entropy fell (0.942, 0.800, 0.724). Only the clip
+#    ReverseTask a wider upper clip clipped fewer A > 0 tokens (0.135, 0.101, 0.073 for ε_high = 0.2, 0.28, 0.4) and on
+#    this seed the reward rose (0.238, 0.277, 0.306) while the entropy fell (0.927, 0.803, 0.724). Only the clip
 #    fraction's order follows from the mechanism; the reward's and the entropy's are one seed's (notebook 06 §3).
 # 4. GSPO's s_i is the geometric mean of the token ratios, exp(mean_t log ρ_{i,t}); here s = 1.2523 > 1.2, so sequence-
 #    level clipping drops the whole completion (all four gradients 0), while token-level clipping keeps the fourth token

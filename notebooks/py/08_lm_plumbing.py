@@ -435,8 +435,9 @@ plt.show()
 # **Two more ways to lose the EOS.** A tokenizer without a PAD token is often given `pad_token = eos_token` (TRL
 # 1.16.0's `GRPOTrainer` does so itself when `pad_token` is None, `grpo_trainer.py`), and `generate()` writes
 # `pad_token_id` into a finished row (notebook 08 §6). A mask built as `ids != pad_id` then drops the real EOS as well.
-# And text that was decoded and re-tokenised is not the sampled ids: decoding drops the special tokens. Both on the
-# probe row's answer, `'2'` then EOS, with the EOS id standing in for PAD:
+# And text that was decoded and re-tokenised is not the sampled ids: decoding with `skip_special_tokens=True` (as the
+# twins' `decode_completions` and TRL 1.16.0's reward path do; Hugging Face's `decode` defaults to False) drops the
+# EOS. Both on the probe row's answer, `'2'` then EOS, with the EOS id standing in for PAD:
 
 # %%
 hf_row = torch.tensor([[5, EOS, EOS, EOS]])  # (1, 4): '2', EOS, then generate()'s padding with pad_token_id == EOS
@@ -455,10 +456,11 @@ assert retokenised == probe_row[0, :1].tolist()  # one token short: the EOS is g
 # %% [markdown]
 # Either way the stop token is never a target: B14's effect without B14's code. TRL 1.16.0 avoids both: it never masks
 # by the pad id (it cuts each sampled row after its first EOS, `sequence_indices <= eos_idx`, and masks the padding by
-# each completion's length) and it trains on the sampled ids, decoding only for the reward. With a subword tokenizer,
-# re-tokenising can change ordinary text's ids as well: the sampler may have written a word in pieces the tokenizer
-# would merge, and encoding the decoded text returns the tokenizer's own split, so the loss would score tokens nobody
-# sampled. Train on the sampled ids, mask them through the first EOS, and decode only for the reward.
+# each completion's length) and it trains on the sampled ids, decoding only for the reward. With a subword tokenizer
+# (not run here: this tokenizer has one token per character), re-tokenising can change ordinary text's ids as well:
+# the sampler may have written a word in pieces the tokenizer would merge, and encoding the decoded text returns the
+# tokenizer's own split, so the loss would score tokens nobody sampled. Train on the sampled ids, mask them through the
+# first EOS, and decode only for the reward.
 
 # %% [markdown]
 # ## 4. B15 — prompts tiled instead of repeated

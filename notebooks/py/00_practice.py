@@ -263,9 +263,11 @@ assert len(bank) >= 30 and set(drill.TOPICS) == {q.topic for q in bank}
 assert [drill.interval(b).days for b in range(drill.MAX_BOX + 1)] == [0, 1, 2, 4, 8]
 
 # %% [markdown]
-# The same drill as a card: **Next** draws a question, **Reveal** shows the model answer (the one-liner, the
-# rest, its section, two follow-ups to answer aloud) and the seconds since the question appeared, the score
-# buttons record your score (with those seconds) and draw the next question. Scores are appended to
+# The same drill as a card: **Next** draws a question and starts a timer that ticks in the browser (a bar that
+# fills over the 90 s budget, the seconds beside it: the one-liner by 15 s, the full answer by 90 s), **Reveal**
+# stops it and shows the model answer (the one-liner, the rest, two follow-ups to answer aloud), the seconds
+# since the question appeared, and the section that backs it as a link that opens that notebook at that
+# section; the score buttons record your score (with those seconds) and draw the next question. Scores are appended to
 # `practice/history.jsonl`, the terminal drill's log (both only append, so neither loses the other's answers;
 # nothing is written until you score a card, beyond a one-time copy of an older `practice/drill_scores.json`);
 # set `SAVE_SCORES = False` to keep them in memory only.

@@ -1703,8 +1703,9 @@ assert [f"{k3_optima[b][2]:.3f}" for b in (0.01, 0.1, 0.5)] == ["0.984", "0.848"
 # π*'s 0.880, 0.456 at β = 0.5 against 0.399, 0.984 at β = 0.01 against 1.000. On sequences a per-token KL term in the
 # loss, even TRL's ρ·k3 or the exact KL at each position, is differentiated with the sampled prefix held fixed: it
 # misses the gradient through which prefixes get visited, so it is not the gradient of the whole-completion KL either.
-# And under GRPO's advantage (r − mean)/σ_x, maximising E[A] − β KL is maximising E[r] − β σ_x KL: the temperature is
-# β·σ_x, per prompt, not β.
+# And under GRPO's advantage (r − mean)/σ_x, with σ_x taken as fixed, maximising E[A] − β KL is maximising
+# E[r] − β σ_x KL: the temperature is β·σ_x, per prompt, not β. It is not fixed at the edge: a group whose rewards
+# are all equal has every A = 0, and there the KL term acts alone, at full strength.
 
 # %% [markdown]
 # ## 7. Truncated completions

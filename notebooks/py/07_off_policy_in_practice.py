@@ -431,7 +431,8 @@ assert all(b[f"token TIS C={CAP:g}"] == b["token IS (no cap)"] and b["sequence I
 # %% [markdown]
 # On the trained policy the uncorrected update is off by 0.6% of its length with a bfloat16 sampler
 # and by 10.9% with float8. Token-level weights leave 0.27 to 0.67 of it (they remove a third to nearly three
-# quarters), and no more:
+# quarters) for this trained policy on this machine: the shares are not stable (the float16 sampler's moved from
+# 0.45 to 0.27 when the notebook was re-run on another CPU, its uncorrected bias being tiny), and no more:
 # the sequence's advantage is credited to every token, but each token is reweighted only for its own
 # draw, not for the draws of the prefix it continues or of the suffix that decides the reward. The
 # sequence-level weight p(y)/q(y) removes the bias completely (it is the exact importance weight, and

@@ -26,9 +26,11 @@
 # 2. What the drift's sign guarantees: to first order, one step raises the advantage-weighted log-ratio
 #    $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$. On this notebook's batch, at small
 #    steps, that shows as A > 0 tokens drifting above ratio 1 and A < 0 tokens below on average, toward the side of
-#    the clip window each one hits; at a large step the per-sign mean ratios swap while the weighted log-ratio stays
-#    positive. The per-sign sides are not guaranteed even for an infinitesimal step: under a token-mean loss,
-#    unequal lengths can make $\sum_t A_t \ne 0$, and that part of the gradient moves every sampled token the same way.
+#    the clip window each one hits; after one step at lr 1e-2 the per-sign mean ratios had swapped while the
+#    weighted log-ratio stayed positive. The per-sign sides are not guaranteed even for an infinitesimal step.
+#    One reason: under a token-mean loss, unequal lengths can make $\sum_t A_t \ne 0$, and that part of the
+#    gradient moves every sampled token the same way. Another, even when $\sum_t A_t = 0$: shared parameters
+#    (one logit shared by an A > 0 and an A < 0 occurrence of the same token can move both the same way).
 # 3. When clipping engages, and what it does and does not bound.
 # 4. The illegitimate reasons for ratio ≠ 1 (or for a ratio that is 1 when it should not be): the
 #    recomputed-old-log-probs trap (B3), dropout (and why "the same mode for both passes" is not enough),
@@ -233,8 +235,9 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 # the A > 0 tokens' mean ratio goes above 1 and the A < 0 tokens' below: a positive weighted sum also comes
 # out of both groups' log-probs falling, the A < 0 ones further, and a mean *ratio* can be carried by a few
 # tokens that moved far. On this batch, at small steps, the per-sign means do land on those sides (the table
-# below); at a large step they swap (the cell after it); and on another batch even an infinitesimal step need not
-# put them there (the toy after that). Nor is it a statement about every token: parameters are
+# below); after one step at lr 1e-2 they have swapped (the cell after it); and on another batch even an
+# infinitesimal step need not put them there, through $\sum_t A_t \ne 0$ (the toy after that) or through
+# shared parameters (the paragraph after the toy). Nor is it a statement about every token: parameters are
 # shared, and the same token in the same context can sit in sequences of both signs (all G samples share
 # the prompt).
 #
@@ -312,7 +315,8 @@ assert f"{step1[token_adv < 0].max():.2f} {step1[token_adv < 0][~far].mean():.4f
 # nothing. So quote the guaranteed quantity, and read the per-sign means as what small steps showed on this
 # batch.
 #
-# Not even an infinitesimal step guarantees the per-sign sides. The gradient is
+# Not even an infinitesimal step guarantees the per-sign sides. One reason is a nonzero $\sum_t A_t$. The
+# gradient is
 # $g = \frac1n\sum_t A_t \nabla\log\pi(o_t)$; along a parameter direction that moves every sampled token's
 # log-prob by the same amount (in the toy below, the logit of a token nobody sampled) its component is
 # $\frac1n\sum_t A_t$ times that common rate. Group-centred advantages sum to 0 over *sequences*, but the
@@ -360,6 +364,14 @@ assert f"{token_adv.mean().item():+.4f}" == "+0.0082"  # as quoted
 # at every step size printed. On a real batch the common-mode part is one component among many (this batch's
 # token mean of A is +0.0082, against advantages of magnitude near 1), so whether the per-sign means land on the
 # expected sides depends on the batch; only the weighted sum is guaranteed.
+#
+# $\sum_t A_t \ne 0$ is one way the sides fail, not the only one: with $\sum_t A_t = 0$ (the paper's
+# per-sequence mean over equal lengths, say) shared parameters can do it too. Let one logit $\theta$ be shared
+# by an A = +1 and an A = −1 occurrence of the same token $a$, in two contexts where $a$ is not equally likely.
+# The two occurrences pull on $\theta$ with $+(1 - \pi_1(a))$ and $-(1 - \pi_2(a))$, which do not cancel, so
+# one step moves $\theta$, and with it both occurrences' log-probs, the same way: if $a$ is less likely in the
+# A > 0 context, both rise, and the A < 0 token's ratio goes above 1 while the weighted log-ratio stays
+# positive. (Worked by hand, not run here.)
 #
 # Back at lr = 3e-3, note the asymmetry: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of
 # A > 0 − 1), is 5.49 at k = 1 (−0.1155 against +0.0210) and never below 2.63 (at k = 7: −0.2110 against
@@ -464,8 +476,10 @@ plt.show()
 # > **You should know.** An update raises the advantage-weighted log-ratio (to first order, for a small step):
 # > A > 0 tokens are pushed toward $1+\epsilon$ and A < 0 tokens toward $1-\epsilon$, precisely the sides where
 # > the clipped surrogate flattens. The per-sign mean ratios showed it at small steps on this batch but are not
-# > guaranteed: they swap after one step at lr = 1e-2 above, and when $\sum_t A_t \ne 0$ (a token mean over
-# > unequal lengths) even an infinitesimal step can move both signs the same way (the toy above). That is why the
+# > guaranteed: they swapped after one step at lr = 1e-2 above, and even an infinitesimal step can move both
+# > signs the same way, for example when $\sum_t A_t \ne 0$ (a token mean over unequal lengths, the toy above)
+# > or, with $\sum_t A_t = 0$, through shared parameters (one logit shared by an A > 0 and an A < 0 occurrence
+# > of a token). That is why the
 # > fixed twin logs `clip_frac_pos` as "A > 0 and ratio > 1+clip" and `clip_frac_neg` as "A < 0 and ratio <
 # > 1-clip": a token on the *other* side (A > 0, ratio < 0.8) is not clipped at all, it keeps its full gradient.
 #
@@ -496,10 +510,10 @@ plt.show()
 # of tokens the loss clipped (filled) and tokens outside the window on their pushing side that the loss
 # did *not* clip (outlined). A vertical line marks the first step where clipping engages. The strip below
 # each panel is the quantity notebook 02 §3 shows a small step raises, the mean of $A_t\log\rho_t$ over the
-# tokens (not the per-sign mean ratios, which can swap at large steps). Each (lr, clip) position replays its
-# full-batch inner steps on the 64 sequences once and caches them; all 4 × 3 positions are replayed up front
-# to the default 8 steps, so a slider move only redraws (more steps extend the cached replays by one step
-# each).
+# tokens (not the per-sign mean ratios, which swapped after one step at lr = 1e-2 in §3). Each (lr, clip)
+# position replays its full-batch inner steps on the 64 sequences once and caches them; all 4 × 3 positions
+# are replayed up front to the default 8 steps, so a slider move only redraws (more steps extend the cached
+# replays by one step each).
 
 # %%
 LRS = (3e-4, 1e-3, 3e-3, 1e-2)  # the lr slider's positions
@@ -1209,13 +1223,15 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 #    (notebook 02 §4).
 # 3. What is guaranteed (to first order, one small step) is only $\sum_t A_t\Delta\log\pi_t \ge 0$. On the
 #    notebook's batch, at small steps, A > 0 tokens rise toward $1+\epsilon$ and A < 0 tokens fall toward
-#    $1-\epsilon$ on average; but at a large step the per-sign mean ratios can swap (lr = 1e-2 in notebook 02 §3),
-#    and even an infinitesimal step can lower both signs' log-probs when $\sum_t A_t \ne 0$ (a token mean over
-#    unequal lengths: that part of the gradient moves every sampled token the same way; the toy in notebook 02
-#    §3). Why A < 0 drifts further: A > 0 tokens are already likely mid-run: their log-prob moves less per unit
-#    of gradient ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by
-#    $1/\pi_\text{old}$, while A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also carry
-#    a slightly larger mean $|A|$ (notebook 02 §3).
+#    $1-\epsilon$ on average; but after one step at lr = 1e-2 the per-sign mean ratios had swapped (notebook 02
+#    §3), and even an infinitesimal step can move both signs' log-probs the same way: for example when
+#    $\sum_t A_t \ne 0$ (a token mean over unequal lengths: that part of the gradient moves every sampled token
+#    the same way; the toy in notebook 02 §3), or, with $\sum_t A_t = 0$, through shared parameters (one logit
+#    shared by an A > 0 and an A < 0 occurrence of the same token). Why A < 0 drifts further: A > 0 tokens are
+#    already likely mid-run: their log-prob moves less per unit of gradient
+#    ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by $1/\pi_\text{old}$, while
+#    A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also carry a slightly larger mean
+#    $|A|$ (notebook 02 §3).
 # 4. No: train mode draws a new dropout mask each forward, while the cached old log-probs were eval-mode. Two
 #    train-mode passes do not help either (two different masks). Fixes: eval mode for both passes, no dropout
 #    (TRL's `disable_dropout`), or the same dropout mask for both (notebook 02 §5.1).

@@ -510,7 +510,7 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
     the fixed twin's (and seeds 1, 2 where the hint quotes them). Deterministic for a seed: exact roundings."""
     run, fixed = default_run(bug_id), default_run("fixed")
     healthy_final = f"{final_reward(fixed):.2f}"
-    assert healthy_final == "0.67"
+    assert healthy_final == "0.68"
     if bug_id == "B1":
         assert max(series(run, "reward")) < 0.05 and f"{final_reward(run):.2f}" == "0.01"
         assert f"{statistics.fmean(series(run, 'zero_var_groups')):.3f}" == "0.925"
@@ -595,9 +595,10 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
                f"({lengths[0]} vs {lengths[1]} tokens")
     elif bug_id == "B11":
         finals = [final_reward(default_run(label, seed)) for label in ("B11", "fixed") for seed in range(3)]
-        assert max(abs(a - b) for a, b in zip(finals[:3], finals[3:], strict=True)) <= 0.03
+        assert max(abs(a - b) for a, b in zip(finals[:3], finals[3:], strict=True)) <= 0.04
+        assert all(grpo_fixed.in_range(s, "grad_norm") for s in run)  # "still in its healthy range"
         quoted("B11", f"about {round(max(series(run, 'grad_norm')))} vs {round(max(series(fixed, 'grad_norm')))}",
-               "within 0.03", "seeds 0, 1, 2: " + ", ".join(f"{f:.3f}" for f in finals[:3]) + " vs "
+               "within 0.04", "seeds 0, 1, 2: " + ", ".join(f"{f:.3f}" for f in finals[:3]) + " vs "
                + ", ".join(f"{f:.3f}" for f in finals[3:]))
 
 

@@ -1228,7 +1228,8 @@ assert all(abs(x - q) < 6e-5 for x, q in quoted)  # prose
 # %% [markdown]
 # The first token, 3, is right: it *raised* the chance of success from 0.8105 to 0.9016 (true advantage
 # $+0.0910$). The second 3 is the mistake ($-0.9016$), and after it the EOS changes nothing (0). GRPO gives all
-# three the same advantage, $r - \text{mean}(r)$, an estimate of $r - V(x) = -0.8105$: the right first digit is pushed down as hard as the mistake, and the
+# three the same advantage, $r - \text{mean}(r)$, an estimate of $r - V(x) = -0.8105$: the right first digit is
+# pushed down as hard as the mistake, and the
 # harmless EOS too. The critic with $\lambda = 1$ ($r - V_\phi(s_t)$) has the same signs. With $\lambda = 0$
 # ($V_\phi(s_{t+1}) - V_\phi(s_t)$) the iteration-20 critic gets the signs of the first two tokens right
 # ($+0.0726$, $-0.0876$), but its sizes are far off and it blames the EOS with $-0.5223$: it still believes

@@ -79,7 +79,7 @@ STATS = {
     "entropy": Stat("mean per-token entropy of the sampling distribution (nats)", 0.01, INF,
                     "near 0 the policy samples one completion: exploration is over (fine once solved)"),
     "grad_norm": Stat("max pre-clip gradient norm over the inner steps", 0, 50,
-                      "a spike means a bad batch (healthy default runs, seeds 0-2: median 2.6-2.9, at most 12)"),
+                      "a spike means a bad batch (healthy default runs, seeds 0-2: median 2.6-2.9, at most 11)"),
     "loss": Stat("mean total loss over the inner steps", -INF, INF, "a non-finite loss skips the step"),
     "nonfinite_steps": Stat("inner steps skipped for a non-finite loss or gradient", 0, 0, "each is a lost update"),
     "completion_length": Stat("mean generated tokens per completion, EOS included", 1, INF, "task-dependent"),

@@ -586,7 +586,7 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
         assert all(s["ref_gap"] == 0 for s in run)  # what the health check reads (not in the hint)
         quoted("B16", f"({last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f})",
                f"({final_reward(run):.2f} where a healthy run reaches {healthy_final})")
-        assert final_reward(run) >= final_reward(fixed)
+        assert abs(final_reward(run) - final_reward(fixed)) < 0.02  # "about where a healthy run's does"
     elif bug_id == "B17":
         assert min(series(run, "text_mismatch")) > 0  # what the health check reads (not in the hint)
         lengths = [f"{statistics.fmean(series(h, 'completion_length')):.2f}" for h in (run, fixed)]
@@ -596,7 +596,13 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
     elif bug_id == "B11":
         finals = [final_reward(default_run(label, seed)) for label in ("B11", "fixed") for seed in range(3)]
         assert max(abs(a - b) for a, b in zip(finals[:3], finals[3:], strict=True)) <= 0.04
-        assert all(grpo_fixed.in_range(s, "grad_norm") for s in run)  # "still in its healthy range"
+        peaks = {label: [max(series(default_run(label, seed), "grad_norm")) for seed in range(3)]
+                 for label in ("B11", "fixed")}
+        assert peaks["B11"][0] > peaks["fixed"][0] and peaks["B11"][1] < peaks["fixed"][1]  # "higher", "lower"
+        out = [sum(not grpo_fixed.in_range(s, "grad_norm") for s in default_run("B11", seed)) for seed in range(3)]
+        assert out == [0, 0, 1]  # "on seed 2 it leaves its healthy range once"
+        assert all(grpo_fixed.in_range(s, "grad_norm") for seed in range(3) for s in default_run("fixed", seed))
+        assert not all(grpo_fixed.in_range(s, "ratio_last_mean") for s in run)  # seed 0
         quoted("B11", f"about {round(max(series(run, 'grad_norm')))} vs {round(max(series(fixed, 'grad_norm')))}",
                "within 0.04", "seeds 0, 1, 2: " + ", ".join(f"{f:.3f}" for f in finals[:3]) + " vs "
                + ", ".join(f"{f:.3f}" for f in finals[3:]))

@@ -117,8 +117,8 @@ BUGS = [
                 "iterations of a default run, where a healthy run logs 0.23, with spikes to 7; yet the policy's "
                 "exact KL to the reference (summed over the vocabulary; not logged, so compute it from the two models' "
                 "logits, as notebook 01 §13 does on a shorter run) averages no more than a healthy run's over the "
-                "same 10 iterations (0.22 vs 0.22); the gradient norm spikes into the thousands (up to "
-                "4303, where a healthy run peaks at 8) and the loss with it",
+                "same 10 iterations (0.22 vs 0.22); the gradient norm spikes, once into the thousands "
+                "(up to 4303, where a healthy run peaks at 8), and the loss jumps with that spike",
         stats=("kl", "grad_norm", "loss"),
         cards=("flipped-kl-sign", "k-estimators", "negative-k1"),
         probe="pi uniform on 3 tokens, pi_ref = softmax([2, 0, -2]), one copy of each token: the mean of k3 "
@@ -191,8 +191,8 @@ BUGS = [
             "distribution is not the one the trainer scores: pass the mask at the prompt and at every cached step"),
     Bug("B14", "completion_mask", "completion mask stops before EOS (the EOS token gets no gradient)",
         symptom="the logged completion length is about one token shorter than a healthy run's (1.92 vs 2.95 "
-                "tokens on average) while the decoded texts are as long; the reward is not visibly hurt (a default "
-                "run ends at 0.66 where a healthy one reaches 0.68)",
+                "tokens on average); on seed 0 the reward ends close to a healthy run's (a default "
+                "run ends at 0.66 where a healthy one reaches 0.68), on other seeds it can end lower",
         stats=("completion_length",),
         source="rasbt/reasoning-from-scratch pull request 185 (GRPO sampled responses dropped the EOS token, so "
                "stopping got no gradient); huggingface/trl issue 1623 (EOS masked out of an SFT loss: the model never "
@@ -216,8 +216,8 @@ BUGS = [
             "samples, so each prompt must be repeated G times in a row"),
     Bug("B16", "setup_run", "the reference is the live policy (the KL anchor moves with it)",
         symptom="the logged KL to the reference stays near 0 (0.02 on average over the last 10 iterations, where "
-                "a healthy run logs 0.23) while the reward ends, on seed 0, about where a healthy run's does (0.69 where a "
-                "healthy run reaches 0.68)",
+                "a healthy run logs 0.23) while the reward ends, on seed 0, about where a healthy run's does "
+                "(0.69 where a healthy run reaches 0.68)",
         stats=("kl", "reward"),
         source="huggingface/trl issue 2046 (one model object passed as both policy and ref_policy to PPO and RLOO, so "
                "the KL anchor moved with the policy; the issue asks for a same-object check)",

@@ -278,7 +278,7 @@ def test_drill_card_timer_ticks_in_the_browser_and_its_link_opens_the_section(pa
     link.click()
     page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === '{target}'", timeout=60_000)
     page.wait_for_function(f"() => {{ const h = ({lab.SECTION_HEADING_JS})({section}); "
-                           "return h !== null && h.top >= 0 && h.top < h.height; }", timeout=30_000)
+                           "return h !== null && h.top >= 0 && h.top < h.height; }", timeout=120_000)
     print(f"drill card: {target} §{section} heading at {lab.section_heading(page, section)}")
 
 

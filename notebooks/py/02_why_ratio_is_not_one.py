@@ -183,8 +183,9 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 # %% [markdown]
 # Read the table as a debugger would:
 #
-# - **Step 0** is the only on-policy step: `max|rho-1|` is 0 to the last bit (same weights, same
-#   inputs, same code path, so the same floats).
+# - **Step 0** is the only on-policy step: `max|rho-1|` is 0 to the last bit here (same weights and
+#   code path; the 64-row eval and 32-row train forwards round alike on this CPU; in general, where kernels
+#   depend on the batch shape, 1 only up to rounding).
 # - **Step 1** is minibatch 1 of epoch 0. Those 32 sequences were never trained on, yet the ratio is
 #   already off by up to 0.22 (and the loss clips 1 token): the step on minibatch 0 moved the *shared*
 #   weights, and every sequence's log-prob moved with them. "Not 1 on the first pass" is therefore

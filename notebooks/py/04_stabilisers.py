@@ -614,8 +614,10 @@ for label in ("0.5", "0"):
 #
 # `loss = pg_loss - beta * kl` (or a negative β from a config) turns the anchor into a repeller: the policy
 # is *rewarded* for moving away from the reference. Not every sign slip does that. A k1 term in the loss
-# written as log π_ref − log π has zero expected gradient whichever its sign (E_π[∇log π] = 0, notebook 04
-# §2.2), so flipping it changes nothing in expectation; a flipped k1 repels only when it sits in the
+# written as log π_ref − log π has zero expected gradient on π's own samples whichever its sign (E_π[∇log π] = 0,
+# notebook 04 §2.2), so at the first inner step flipping it changes nothing in expectation (on π_old's samples, from
+# the second inner step, its expected gradient is −β∇KL(π_old ‖ π): relative to π_old, never to π_ref); a flipped k1
+# repels only when it sits in the
 # *reward*, where it acts through the score function. And B8 keeps both the value (χ² − KL ≥ 0) and the pull
 # toward the reference (§2.2). The tiny local variant of the real flip is `beta=-0.1` in the config; same seed
 # and settings as above.
@@ -764,7 +766,7 @@ assert max(first_step_old) == 0.0 and last_step_old < 0.1 < run["inner"][19][0][
 #
 # > **You should know.**
 # > - β trades reward for staying close: here β = 0.5 held the exact KL over the last 10 iterations at
-# >   0.073 nats/token against 0.119 to 0.212 for β ≤ 0.1; 20 iterations of 64 samples are too few to
+# >   0.073 nats/token against 0.119 to 0.212 for β = 0 and 0.1; 20 iterations of 64 samples are too few to
 # >   measure its cost in reward.
 # > - A flipped sign on the penalty does not crash anything. On seed 0 the KL climbs from the start (over
 # >   the *first* 10 iterations 0.214, against 0.088 at β = 0 and 0.073 at β = +0.1), and over the last 10
@@ -773,7 +775,7 @@ assert max(first_step_old) == 0.0 and last_step_old < 0.1 < run["inner"][19][0][
 # >   every advantage set to 0: the batch's k3 must fall (here −9.87e-02; flipped +3.22e-01); the exact
 # >   KL(π ‖ π_ref) usually follows (−3.57e-03; +6.87e-02) but need not. It tests a KL in the loss: with the
 # >   KL in the reward, zeroing the advantages removes it too. A flipped k1 *in the loss* does nothing in
-# >   expectation; in the reward it repels.
+# >   expectation on π's own samples (on π_old's it acts relative to π_old, not π_ref); in the reward it repels.
 # > - The ratio clip bounds one iteration's step against π_old; the KL anchor bounds the total drift
 # >   against π_ref. π_old cannot do the second job: KL to it restarts from 0 every rollout.
 #
@@ -1558,7 +1560,8 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # step; the batch's k3 must fall, and it rises if the sign is flipped (the exact KL(π ‖ π_ref) usually follows
 # but need not). This works for a KL in the loss; with the KL in the reward, zeroing the advantages removes it
 # too. A k1 term with its sign flipped would do it only in the *reward* (through the score function); in
-# the loss k1's expected gradient is 0 either way. Reversing the log-ratio inside k3 (B8) would not do it
+# the loss k1's expected gradient is 0 either way on π's own samples (and relative to π_old, not π_ref, on π_old's).
+# Reversing the log-ratio inside k3 (B8) would not do it
 # either: it changes the value (χ² − KL) and the gradient (½∇χ²), but that gradient still points toward the
 # reference (notebook 04 §2.2); its symptom is gradient-norm spikes, not a runaway KL (notebook 03 §6).
 # </details>

@@ -1385,8 +1385,10 @@ assert (fell, below) == ({1: 554, 10: 66, 100: 5}, [0, 31]) and [f"{r:.0%}" for 
 # shows the mechanism,
 # not a law. On LLMs, Yue et al. (2025, *Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs
 # Beyond the Base Model?*) report the same tendency across model families and benchmarks: RL-trained models ahead at
-# pass@1, their base models ahead at large k. For the group baseline it is a failure that feeds itself: a prompt whose
-# $p(x)$ collapses stops producing groups with a success, so it stops producing signal at all (notebook 05 §6.1).
+# pass@1, their base models ahead at large k. For the group baseline the trap is interference, not its own signal:
+# with a binary reward a prompt's own mixed groups raise its $p(x)$ in expectation (to first order, at ratio 1), so
+# a prompt like `37+1=` is pushed down by updates on other prompts through the shared weights, and near
+# $p(x) = 0$ its groups hold no success, fall silent and cannot pull it back (notebook 05 §6.1).
 #
 # > **You should know.** A rising training reward says the policy got better at what it samples; report pass@k at
 # > a few k beside pass@1 on a held-out set, and read samples, before calling it new ability.

@@ -928,8 +928,8 @@ assert (f"{1 - 1 / 1.2:.3f}", f"{1 / 0.8 - 1:.3f}") == ("0.167", "0.250")  # as 
 
 # %% [markdown]
 # At ε = 0.2 an A < 0 token has 1.224 times the log-prob room of an A > 0 token (0.223 against 0.182 nats) before its
-# own gradient stops. That can add to the drift asymmetry of notebook 02 §3 in later inner steps, once tokens reach the
-# window's edges; at the first step nothing is clipped yet, and the asymmetry there comes from the softmax (likely
+# own gradient stops. That is an asymmetry in log units; notebook 02 §3's drift asymmetry is in ratio units, where
+# [0.8, 1.2] is symmetric, so the log window does not add to it (the asymmetry there comes from the softmax: likely
 # A > 0 tokens barely move through it). A window symmetric in log space is [1/(1 + ε), 1 + ε]: ε_low = 0.167 for
 # ε_high = 0.2, or ε_high = 0.25
 # for ε_low = 0.2. DAPO's ε_high = 0.28 goes a little past that, to [−0.223, +0.247]; DAPO's own argument for it is
@@ -1425,7 +1425,8 @@ plt.show()
 #   expectation its gradient is β E_x[k1(x) ∇log π(x)] = β ∇KL(π ‖ π_ref).
 # - **In the loss (k3):** L ← L + β · mean_t k3, differentiated directly (pathwise). E_x[∇k3(x)] =
 #   β ∇KL(π_ref ‖ π): the *other* direction (notebook 04 §2).
-# - **k1 in the loss** has E_x[∇k1(x)] = E_x[∇log π(x)] = 0: no pull at all, in expectation.
+# - **k1 in the loss** has E_x[∇k1(x)] = E_x[∇log π(x)] = 0 on π's own samples: no pull at all, in expectation (on
+#   π_old's samples, from the second inner step, −∇KL(π_old ‖ π): relative to π_old, never to π_ref).
 # - **β = 0**: no anchor.
 #
 # **The switch.**

@@ -436,7 +436,8 @@ plt.show()
 # 1.16.0's `GRPOTrainer` does so itself when `pad_token` is None, `grpo_trainer.py`), and `generate()` writes
 # `pad_token_id` into a finished row (notebook 08 §6). A mask built as `ids != pad_id` then drops the real EOS as well.
 # And text that was decoded and re-tokenised is not the sampled ids: decoding with `skip_special_tokens=True` (as the
-# twins' `decode_completions` and TRL 1.16.0's reward path do; Hugging Face's `decode` defaults to False) drops the
+# twins' `decode_completions` and TRL 1.16.0's reward path do; transformers' `decode` defaults to False, the
+# `tokenizers` library's and vLLM's `SamplingParams` to True) drops the
 # EOS. Both on the probe row's answer, `'2'` then EOS, with the EOS id standing in for PAD:
 
 # %%

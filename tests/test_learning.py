@@ -4,7 +4,7 @@ workbook/tasks.py are marked slow.
 The learning figures of the LM loop (default config: AdditionTask from the SFT checkpoint, 70 iterations;
 final_reward is the mean reward of the last 10 iterations, as the command line reports it):
   start: the SFT checkpoint's reward on 1024 prompts at temperature 0.8 (about 0.30)
-  fixed: final reward >= start + 0.3 (measured 0.671, 0.655, 0.679 for seeds 0-2)
+  fixed: final reward >= start + 0.3 (measured 0.681, 0.655, 0.681 for seeds 0-2 on 2026-12-04)
   buggy: final reward <= start + 0.05 (measured about 0.01: the bugs make it worse than the start)
   fixed: median over iterations of the clip fraction (mean of clip_frac_pos and clip_frac_neg) <= 5 %,
          95th percentile over iterations of the KL estimate <= 0.5, ratio exactly 1 at the first inner step

@@ -106,8 +106,8 @@ def test_a_full_rebuild_gives_a_checkpoint_of_the_committed_ones_kind(tmp_path):
     """`make sft` (sft.py with its defaults) gives back checkpoints/addition_sft's configuration and vocabulary, and a
     model of the same quality: its reward on the same 512 prompts within 0.03 of the committed model's. Not the same
     weights bit for bit: the run is deterministic on one machine (test_a_short_sft_run_is_deterministic), but another
-    CPU's float paths (AVX2 against AVX-512 kernels) change the rounding, and 1000 steps carry it far (on 2026-12-04
-    an AMD EPYC rebuild differed by up to 0.29 in a weight, reward 0.322 against the committed 0.320)."""
+    CPU's float paths (probably AVX2 against AVX-512 kernels) change the rounding, and 1000 steps carry it far (on
+    2026-12-04 an AMD EPYC rebuild differed by up to 0.29 in a weight, reward 0.322 against the committed 0.320)."""
     proc = subprocess.run([sys.executable, str(ROOT / "sft.py"), "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

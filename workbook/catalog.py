@@ -152,7 +152,7 @@ BUGS = [
         symptom="the final reward is within 0.04 of a healthy run's on the same seed (seeds 0, 1, 2: 0.646, 0.659, "
                 "0.678 vs 0.681, 0.655, 0.681), and the logged (pre-clip) gradient norm is no reliable sign: on seed 0 "
                 "it peaks higher than a healthy run's (about 19 vs 8), on seed 1 lower, on seed 2 it leaves its "
-                "healthy range once; on seed 0 the mean ratio after the inner steps also leaves its healthy range",
+                "healthy range once; on seed 0 the mean ratio at the last inner step also leaves its healthy range",
         stats=("grad_norm", "ratio_last_mean"),
         cards=("grad-clip-adam", "pre-clip-norm", "grad-clip-where"),
         probe="nothing in the logs shows whether those norms went into the update unclipped: nn.Linear(4, 1), "

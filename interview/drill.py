@@ -149,6 +149,31 @@ def section_titles(source: Path) -> dict[int, str]:
     return titles
 
 
+STORED_HEADING = re.compile(r"## (\d+)\.")  # a `## K. Title` line of a stored notebook's markdown cell
+
+
+def stored_sections(ipynb: Path) -> dict[int, list[dict]]:
+    """{K: the cells of section K of a stored notebook (.ipynb), the cell holding its `## K.` heading first}. A
+    markdown `## ` line without a number ends a section; cells before the first heading belong to none."""
+    sections: dict[int, list[dict]] = {}
+    current = None
+    for cell in json.loads(ipynb.read_text()).get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in cell_source(cell).splitlines():
+                if line.startswith("## "):
+                    heading = STORED_HEADING.match(line)
+                    current = int(heading.group(1)) if heading else None
+        if current is not None:
+            sections.setdefault(current, []).append(cell)
+    return sections
+
+
+def cell_source(cell: dict) -> str:
+    """A stored cell's source as one string (nbformat allows a string or a list of lines)."""
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
 def section_title(q: Question, sources: Path = NOTEBOOK_SOURCES) -> str | None:
     """The title of the section a question cites, or None if the notebook or the section is missing."""
     source = notebook_source(q.notebook, sources)

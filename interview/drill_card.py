@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import json
 import random
-import re
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -29,11 +27,11 @@ from interview.drill import (
     follow_ups,
     model_answer,
     notebook_source,
+    stored_sections,
 )
 
 TIMER_MAX_SECONDS = 2 * BUDGET_SECONDS
 """where the browser's timer stops by itself, well past the budget"""
-NOTEBOOK_HEADING = re.compile(r"^## (\d+)\.\s", re.MULTILINE)  # a `## K. Title` line of a markdown cell
 
 
 # ----------------------------------------------------------------------------------------------
@@ -43,14 +41,7 @@ NOTEBOOK_HEADING = re.compile(r"^## (\d+)\.\s", re.MULTILINE)  # a `## K. Title`
 @lru_cache(maxsize=32)
 def _heading_cells(ipynb: Path, mtime_ns: int) -> dict[int, str | None]:
     """{K: id of the markdown cell holding the `## K.` heading} of a notebook file (first heading K wins)."""
-    cells = {}
-    for cell in json.loads(ipynb.read_text()).get("cells", []):
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else source
-        if cell.get("cell_type") == "markdown":
-            for m in NOTEBOOK_HEADING.finditer(source):
-                cells.setdefault(int(m.group(1)), cell.get("id"))
-    return cells
+    return {k: cells[0].get("id") for k, cells in stored_sections(ipynb).items()}
 
 
 def section_href(q: Question, sources: Path = NOTEBOOK_SOURCES) -> str | None:

@@ -116,18 +116,10 @@ NOT_FROM_THE_SECTION = {  # card id -> the numbers it quotes from elsewhere, and
 def stored_section(notebook: int, section: int) -> str:
     """The markdown and the stored outputs of `## K.` section `section` of the executed notebooks/NN_*.ipynb."""
     path = next(NOTEBOOKS.glob(f"{notebook:02d}_*.ipynb"))
-    current, parts = None, []
-    for cell in json.loads(path.read_text())["cells"]:
-        source = "".join(cell["source"])
+    parts = []
+    for cell in drill.stored_sections(path).get(section, []):
         if cell["cell_type"] == "markdown":
-            for line in source.splitlines():
-                if line.startswith("## "):
-                    heading = re.match(r"## (\d+)\.", line)
-                    current = int(heading.group(1)) if heading else None
-        if current != section:
-            continue
-        if cell["cell_type"] == "markdown":
-            parts.append(source)
+            parts.append(drill.cell_source(cell))
         for output in cell.get("outputs", []):
             parts.append("".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", "")))
     return " ".join(parts).replace("\u2212", "-")

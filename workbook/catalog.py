@@ -25,9 +25,9 @@ class Bug:
     statistics that show it (their meaning and healthy range come from the twins' own table);
     probe (level 2): the tiny input that exposes it (the function is `function`); fix (level 3): the fix
     and why (the exact lines are the fixed twin's `# FIX <id>` lines). "A default run" in a symptom is the twins'
-    default config on seed 0 with one torch intra-op thread, as `make hint`, the CLI, the notebooks and the tests run
-    it (the twins' command line and `workbook` set it); a bare interpreter's two threads round differently and give other
-    numbers (a healthy run peaking at a gradient norm of 12.61 instead of 7.68, on this machine)."""
+    default config on seed 0 with one torch intra-op thread, as `make hint`, the CLI, the notebooks and the tests
+    run it (the twins' command line and `workbook` set it); a bare interpreter's two threads round differently and
+    give other numbers (a healthy run peaking at a gradient norm of 12.61 instead of 7.68, on this machine)."""
 
     id: str
     function: str

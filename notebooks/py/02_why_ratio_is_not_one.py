@@ -372,7 +372,36 @@ assert f"{token_adv.mean().item():+.4f}" == "+0.0082"  # as quoted
 # The two occurrences pull on $\theta$ with $+(1 - \pi_1(a))$ and $-(1 - \pi_2(a))$, which do not cancel, so
 # one step moves $\theta$, and with it both occurrences' log-probs, the same way: if $a$ is less likely in the
 # A > 0 context, both rise, and the A < 0 token's ratio goes above 1 while the weighted log-ratio stays
-# positive. (Worked by hand, not run here.)
+# positive. The tiny input: two one-token completions of $a$, A = +1 in a context where the policy gives
+# $a$ logit θ + logit(0.3) against 0 for the one other token, A = −1 in one where it gives θ + logit(0.6);
+# θ = 0, one step of size η on the twin's `grpo_loss`, in float64:
+
+# %%
+shared_bias = torch.tensor([[0.3], [0.6]], dtype=torch.float64).logit()  # (N, T) a's logit offset per context
+shared_mask = torch.ones(2, 1, dtype=torch.bool)  # (N, T) one token each
+shared_adv = torch.tensor([1.0, -1.0], dtype=torch.float64)  # (N,) sum_t A_t = 0
+
+
+def shared_logprobs(theta):
+    """log pi(a) in the two contexts, logits (theta + bias, 0). theta (1,) -> (N, T)"""
+    return torch.nn.functional.logsigmoid(theta + shared_bias)
+
+
+shared_theta = torch.zeros(1, dtype=torch.float64, requires_grad=True)  # (1,)
+shared_old = shared_logprobs(shared_theta).detach()  # (N, T)
+grpo_fixed.grpo_loss(shared_logprobs(shared_theta), shared_old, shared_adv, shared_mask, 0.2).backward()
+shared_grad = -shared_theta.grad.item()  # dJ/dtheta = ((1 - 0.3) - (1 - 0.6)) / 2
+shared_log_rho = shared_logprobs(torch.tensor([1e-4 * shared_grad], dtype=torch.float64)) - shared_old  # (N, T)
+shared_rho = shared_log_rho.exp()[:, 0].tolist()  # (N,) [A > 0, A < 0]
+shared_weighted = masked_mean(shared_adv[:, None] * shared_log_rho, shared_mask).item()
+print(f"dJ/dtheta = {shared_grad:.4f}; eta 1e-4: ratio A>0 {shared_rho[0]:.7f}  ratio A<0 {shared_rho[1]:.7f}  "
+      f"mean A*log(rho) {shared_weighted:+.2e}")
+assert abs(shared_grad - 0.15) < 1e-12 and shared_rho[0] > shared_rho[1] > 1 and shared_weighted > 0
+assert f"{shared_rho[0]:.7f} {shared_rho[1]:.7f} {shared_weighted:+.2e}" == "1.0000105 1.0000060 +2.25e-06"
+
+# %% [markdown]
+# θ rises (dJ/dθ = 0.15), and both ratios rise with it: 1.0000105 for the A > 0 token and 1.0000060 for the
+# A < 0 one, which is above 1, while the weighted log-ratio is +2.25e-06 > 0.
 #
 # Back at lr = 3e-3, note the asymmetry: the ratio of the two drifts, (1 − mean ρ of A < 0) / (mean ρ of
 # A > 0 − 1), is 5.49 at k = 1 (−0.1155 against +0.0210) and never below 2.63 (at k = 7: −0.2110 against

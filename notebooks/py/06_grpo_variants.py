@@ -999,17 +999,17 @@ assert [f"{slopes[t][s][0]:+.4f}" for t in (0, 3) for s in ("z += eta A", "polic
 # the token at 0.70), raising a rarer one raises it (+0.0377 for the token at 0.01). The policy-gradient step, which
 # weights each token by its probability once more, shrinks the rare token's push on the entropy to +0.0023, and its
 # threshold is not e^{−H}: raising token a lowers H iff π(a)(log π(a) + H) > Σ_b π(b)²(log π(b) + H) (the line under
-# the slopes). ΔH is linear in A, so A = −1 flips every sign (+0.3344 for the likely token, −0.0377 for the rare one):
-# raising likely tokens (A > 0) or lowering rare ones (A < 0) makes the covariance positive and lowers the entropy;
-# rare tokens with A > 0 and likely tokens with A < 0 raise it. Likely tokens in failed completions are common in GRPO,
-# and the lower clip bounds their fall once their ratio drops below 1 − ε; the rare A > 0 tokens are the ones the upper
-# clip binds on (a likely token can hardly reach 1 + ε), and clip-higher loosens that bound: the mechanism behind
-# DAPO's clip-higher. Cui et al. (2025, *The Entropy Mechanism of Reinforcement Learning for Reasoning Language
-# Models*) derive this covariance for LLM RL, report it mostly positive during training, and clip or KL-penalise the
-# tokens with the largest covariance (Clip-Cov, KL-Cov; in verl 0.9.1 the policy losses `clip_cov` and `kl_cov` of
+# the slopes). ΔH is linear in A, so A = −1 flips every sign (+0.3344 for the likely token, −0.0377 for the rare
+# one): raising likely tokens (A > 0) or lowering rare ones (A < 0) makes the covariance positive and lowers the
+# entropy; rare tokens with A > 0 and likely tokens with A < 0 raise it. A failed completion can be mostly likely
+# tokens (all but one wrong digit may be the policy's favourites), and the lower clip bounds their fall once their
+# ratio drops below 1 − ε; the rare A > 0 tokens are the ones the upper clip binds on (a likely token can hardly
+# reach 1 + ε), and clip-higher loosens that bound: the mechanism behind DAPO's clip-higher. Cui et al. (2025, *The
+# Entropy Mechanism of Reinforcement Learning for Reasoning Language Models*) derive this covariance for LLM RL,
+# report it mostly positive during training, and clip or KL-penalise the tokens with the largest covariance
+# (Clip-Cov, KL-Cov; in verl 0.9.1 the policy losses `clip_cov` and `kl_cov` of
 # `actor_rollout_ref.actor.policy_loss.loss_mode`, `core_algos.py`). The formula is per position and first order in
-# the logit
-# change; in a network, Δz is whatever the parameter step induces at every position.
+# the logit change; in a network, Δz is whatever the parameter step induces at every position.
 
 # %% [markdown]
 # ## 4. Sequence-level ratio (GSPO)

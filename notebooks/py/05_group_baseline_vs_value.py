@@ -1390,6 +1390,38 @@ assert (fell, below) == ({1: 554, 10: 66, 100: 5}, [0, 31]) and [f"{r:.0%}" for 
 # a prompt like `37+1=` is pushed down by updates on other prompts through the shared weights, and near
 # $p(x) = 0$ its groups hold no success, fall silent and cannot pull it back (notebook 05 §6.1).
 #
+# The pass@k above is exact, from $p(x)$. An evaluation has only $n \ge k$ samples per prompt, $c$ of them right.
+# Plugging $c/n$ into $1 - (1 - c/n)^k$ is biased low: $(1 - q)^k$ is convex in $q$, so its mean over $c$ exceeds
+# $(1 - p)^k$ (Jensen). The unbiased estimator is $1 - \binom{n-c}{k}/\binom{n}{k}$, the chance that $k$ of the $n$
+# samples drawn without replacement are not all wrong (Chen et al., 2021, the HumanEval paper). Both estimators'
+# expectations over $c \sim \text{Binomial}(n, p(x))$, for the SFT model's pass@8:
+
+# %%
+def expected_pass_estimates(p, n, k):
+    """E over c ~ Binomial(n, p(x)) of two pass@k estimators from n samples, averaged over prompts: the unbiased
+    1 - C(n - c, k) / C(n, k) and the plug-in 1 - (1 - c/n)^k. p (X,) -> (unbiased, plug-in)"""
+    c = torch.arange(n + 1, dtype=torch.float64)  # (n + 1,) possible numbers of right samples
+    binom = torch.tensor([math.comb(n, j) for j in range(n + 1)], dtype=torch.float64)  # (n + 1,)
+    p = p.double()[:, None]  # (X, 1)
+    pmf = binom * p**c * (1 - p) ** (n - c)  # (X, n + 1)
+    unbiased = torch.tensor([1 - math.comb(n - j, k) / math.comb(n, k) for j in range(n + 1)], dtype=torch.float64)
+    plug_in = 1 - (1 - c / n) ** k  # (n + 1,)
+    return (pmf @ unbiased).mean().item(), (pmf @ plug_in).mean().item()
+
+
+estimates = {n: expected_pass_estimates(p_x, n, 8) for n in (8, 16, 64)}
+print(f"exact pass@8 of the SFT model: {pass_at(p_x, 8):.3f}")
+for n, (unbiased, plug_in) in estimates.items():
+    print(f"n = {n:2d} samples per prompt: unbiased estimator {unbiased:.3f}, plug-in 1 - (1 - c/n)^8 {plug_in:.3f}")
+assert all(abs(u - pass_at(p_x, 8)) < 1e-9 and pl < u for u, pl in estimates.values())  # unbiased; plug-in low
+assert [f"{pl:.3f}" for _, pl in estimates.values()] == ["0.829", "0.883", "0.919"]  # as quoted: rising with n
+
+# %% [markdown]
+# The unbiased estimator's mean is the exact pass@8 (0.930) at every $n$; the plug-in's falls short, most at
+# $n = k$ (0.829 at $n = 8$, 0.883 at 16, 0.919 at 64). At $n = k$ the unbiased estimator is simply "any of the
+# $n$ samples right", while the plug-in credits a prompt with one right sample of 8 only $1 - (7/8)^8 = 0.656$.
+# More samples shrink the plug-in's bias without removing it; report pass@k with $n$ well above $k$.
+#
 # > **You should know.** A rising training reward says the policy got better at what it samples; report pass@k at
 # > a few k beside pass@1 on a held-out set, and read samples, before calling it new ability.
 

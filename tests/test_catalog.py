@@ -578,9 +578,8 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
                "other seeds it can end lower")
         assert final_reward(default_run("B14", 1)) < final_reward(default_run("fixed", 1)) - 0.03  # seed 1
         out = [(s["iteration"], f"{s['grad_norm']:.0f}") for s in run if not grpo_fixed.in_range(s, "grad_norm")]
-        quoted("B14", f"range once ({out[0][1]} at iteration {out[0][0]})",
-               f"({last10(run, 'kl'):.2f} vs {last10(fixed, 'kl'):.2f} over the last 10")
-        assert len(out) == 1 and last10(run, "kl") > last10(fixed, "kl")
+        quoted("B14", f"range once ({out[0][1]} at iteration {out[0][0]})")
+        assert len(out) == 1
     elif bug_id == "B15":
         assert all(s["mixed_groups"] == 1 for s in run) and all(grpo_fixed.in_range(s, "adv_group_mean") for s in run)
         assert all(not grpo_fixed.in_range(s, "mixed_groups") for s in run) and "mixed_groups" not in PROGRESS
@@ -589,8 +588,9 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
         quoted("B15", f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}",
                "range at every iteration", "progress line a default run prints stays in its healthy ranges")
         out = [(s["iteration"], f"{s['grad_norm']:.0f}") for s in run if not grpo_fixed.in_range(s, "grad_norm")]
-        quoted("B15", f"range once ({out[0][1]} at iteration {out[0][0]})")
-        assert len(out) == 1 and catalog.bug("B15").stats == ("mixed_groups",)  # the statistic out at every iteration
+        quoted("B15", f"range once ({out[0][1]} at iteration {out[0][0]}, between the printed lines)")
+        assert len(out) == 1 and out[0][0] not in {s["iteration"] for s in printed}
+        assert "mixed_groups" not in catalog.bug("B15").stats  # level 1 leaves finding it to the learner
     elif bug_id == "B16":
         assert all(s["ref_gap"] == 0 for s in run)  # what the health check reads (not in the hint)
         quoted("B16", f"({last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f})",

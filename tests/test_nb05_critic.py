@@ -82,6 +82,22 @@ def test_group_baseline_reproduces_grpo_fixed_train_exactly():
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
 
 
+def test_on_batch_sees_every_rollout_before_its_update():
+    """on_batch gets each iteration's batch, in order, with the prompts the policy was trained on; the run is
+    the same with or without it."""
+    seen = []
+    history, snapshots = nb05_critic.train_with_baseline(
+        on_batch=lambda it, batch: seen.append((it, batch["prompts"], batch["rewards"].clone())), snapshot_at=(1,),
+        **SHORT)
+    plain, _ = nb05_critic.train_with_baseline(**SHORT)
+    assert [it for it, _, _ in seen] == list(range(SHORT["steps"]))
+    group = grpo_fixed.Config().group_size
+    assert all(len(prompts) == SHORT["prompts_per_batch"] * group and prompts[0] == prompts[group - 1]
+               for _, prompts, _ in seen)
+    assert [s["reward"] for s in history] == [rewards.mean().item() for _, _, rewards in seen]
+    assert [s["reward"] for s in history] == [s["reward"] for s in plain]
+
+
 def test_a_hybrid_module_runs_its_own_functions():
     """module=B2 uses the hybrid's group_advantage: the SFT model answers some prompts always (or never)
     right, and on those all-equal groups its advantages turn NaN."""

@@ -22,12 +22,12 @@ class Bug:
     """One catalogued bug, with the three levels of hint `make hint` gives while it remains.
 
     symptom (level 1): what the training logs show, never naming the function; stats: the logged
-    statistics that show it (their meaning and healthy range come from the twins' own table);
+    statistics the symptom reads (printed under it with their meaning and healthy range from the twins' own table);
     probe (level 2): the tiny input that exposes it (the function is `function`); fix (level 3): the fix
     and why (the exact lines are the fixed twin's `# FIX <id>` lines). "A default run" in a symptom is the twins'
     default config on seed 0 with one torch intra-op thread, as `make hint`, the CLI, the notebooks and the tests
     run it (the twins' command line and `workbook` set it); a bare interpreter's two threads round differently and
-    give other numbers (a healthy run peaking at a gradient norm of 12.61 instead of 7.68, on this machine)."""
+    give other numbers."""
 
     id: str
     function: str
@@ -196,9 +196,8 @@ BUGS = [
         symptom="the logged completion length is about one token shorter than a healthy run's (1.92 vs 2.95 "
                 "tokens on average); on seed 0 the reward ends close to a healthy run's (a default "
                 "run ends at 0.66 where a healthy one reaches 0.68), on other seeds it can end lower; in the full "
-                "history the gradient norm leaves its healthy range once (70 at iteration 46) and the logged KL ends "
-                "higher (0.33 vs 0.23 over the last 10 iterations)",
-        stats=("completion_length",),
+                "history the gradient norm leaves its healthy range once (70 at iteration 46)",
+        stats=("completion_length", "grad_norm"),
         source="rasbt/reasoning-from-scratch pull request 185 (GRPO sampled responses dropped the EOS token, so "
                "stopping got no gradient); huggingface/trl issue 1623 (EOS masked out of an SFT loss: the model never "
                "learns to stop)",
@@ -209,9 +208,10 @@ BUGS = [
     Bug("B15", "repeat_prompts", "prompts tiled instead of repeated (a group holds G different prompts)",
         symptom="the progress line a default run prints stays in its healthy ranges, the advantages are centred "
                 "(adv_group_mean at rounding level) and the run ends at 0.68 where a healthy one reaches 0.68; of "
-                "the full statistics logged for each iteration (the run's history), the one below is out of its "
-                "healthy range at every iteration, and the gradient norm leaves its range once (167 at iteration 8)",
-        stats=("mixed_groups",),
+                "the full statistics logged for each iteration (the run's history), one is out of its healthy "
+                "range at every iteration (find it), and the gradient norm leaves its range once (167 at iteration "
+                "8, between the printed lines)",
+        stats=("adv_group_mean", "grad_norm"),
         source="PrimeIntellect-ai/prime-rl pull request 600 (prompts duplicated as [p1, p2] * n instead of [p1, p1, "
                "p2, p2], so each GRPO group mixed different prompts)",
         cards=("baseline-independence", "b-equals-g", "why-no-critic"),

@@ -164,7 +164,7 @@ def update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer
 
 
 def train_with_baseline(task=None, *, baseline="group", critic_fns: CriticFunctions | None = None, seed=0,
-                        lam=1.0, snapshot_at=(), module=grpo_fixed, on_setup=None, **overrides):
+                        lam=1.0, snapshot_at=(), module=grpo_fixed, on_setup=None, on_batch=None, **overrides):
     """module.train's loop (default grpo_fixed; a catalog hybrid works too) with the advantage from `baseline`
     ("group", "critic", "none"), without the preflight probes train() runs first. baseline="critic" runs the
     critic's code it is given, critic_fns (notebook 05 §2).
@@ -172,7 +172,9 @@ def train_with_baseline(task=None, *, baseline="group", critic_fns: CriticFuncti
     Returns (history, snapshots): one stats dict per iteration (the twin's keys, plus value_error and
     explained_variance for the critic), and {iteration: (policy, critic or None)} deep copies taken *before*
     that iteration's rollout. on_setup({"policy", "reference", "critic"}: module or None) is called once the
-    networks exist (count_passes hooks them). baseline="group" gives exactly module.train's stats.
+    networks exist (count_passes hooks them). on_batch(iteration, batch) is called after each rollout, before
+    the update (notebook 05 §6.7 records which prompts were sampled). baseline="group" gives exactly module.train's
+    stats.
     """
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
@@ -193,6 +195,8 @@ def train_with_baseline(task=None, *, baseline="group", critic_fns: CriticFuncti
         start = time.perf_counter()
         batch, stats = module.rollout(policy, ref_policy, tokenizer, task, cfg, generator)
         stats.update(attach_advantages(batch, baseline, critic, cfg, lam, critic_fns))
+        if on_batch is not None:
+            on_batch(it, batch)
         if baseline == "critic":
             records = update_policy_and_critic(module, policy, optimizer, critic, critic_optimizer, batch, cfg,
                                                generator, critic_fns)

@@ -23,8 +23,9 @@
 # 1. The ratio is **exactly** 1 at the first inner step when old log-probs are cached once by the same forward
 #    as the loss's (same weights and code path, no dropout), and only there: every later minibatch, even one
 #    never trained on, sees a policy that already moved.
-# 2. What the drift's sign guarantees: to first order, one step raises the advantage-weighted log-ratio
-#    $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$. On this notebook's batch, at small
+# 2. What the drift's sign guarantees: to first order, one step raises the advantage-weighted log-ratio of the
+#    tokens it was computed on, $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$ (on the
+#    rollout's other minibatches only in expectation). On this notebook's batch, at small
 #    steps, that shows as A > 0 tokens drifting above ratio 1 and A < 0 tokens below on average, toward the side of
 #    the clip window each one hits; after one step at lr 1e-2 the per-sign mean ratios had swapped while the
 #    weighted log-ratio stayed positive. The per-sign sides are not guaranteed even for an infinitesimal step.
@@ -232,7 +233,9 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 #
 # (Adam's momentum also mixes in gradients from earlier batches, so for the trainer's Adam this is a
 # tendency, not a theorem: the table below checks it.) What is guaranteed, to first order and for one small
-# step from $\rho = 1$, is this *advantage-weighted* mean log-ratio, and nothing more. It does not say that
+# step from $\rho = 1$, is this *advantage-weighted* mean log-ratio over the tokens whose gradient $g$ is, and
+# nothing more. With minibatches, a step on one moves another's weighted log-ratio by $\eta\,g_1^\top P g_0$,
+# positive only in expectation. It does not say that
 # the A > 0 tokens' mean ratio goes above 1 and the A < 0 tokens' below: a positive weighted sum also comes
 # out of both groups' log-probs falling, the A < 0 ones further, and a mean *ratio* can be carried by a few
 # tokens that moved far. On this batch, at small steps, the per-sign means do land on those sides (the table

@@ -612,15 +612,15 @@ for label in ("0.5", "0"):
 #
 # ### 2.4 A flipped sign
 #
-# `loss = pg_loss - beta * kl` (or a negative β from a config) turns the anchor into a repeller: the policy
-# is *rewarded* for moving away from the reference. Not every sign slip does that. A k1 term in the loss
-# written as log π_ref − log π has zero expected gradient on π's own samples whichever its sign (E_π[∇log π] = 0,
-# notebook 04 §2.2), so at the first inner step flipping it changes nothing in expectation (on π_old's samples, from
-# the second inner step, its expected gradient is −β∇KL(π_old ‖ π): relative to π_old, never to π_ref); a flipped k1
-# repels only when it sits in the
-# *reward*, where it acts through the score function. And B8 keeps both the value (χ² − KL ≥ 0) and the pull
-# toward the reference (§2.2). The tiny local variant of the real flip is `beta=-0.1` in the config; same seed
-# and settings as above.
+# `loss = pg_loss - beta * kl` (or a negative β from a config) turns the anchor into a repeller: the policy is
+# *rewarded* for moving away from the reference. Not every sign slip does that. A k1 term in the loss has zero
+# expected gradient on π's own samples whichever its sign (E_π[∇log π] = 0, notebook 04 §2.2), so at the first inner
+# step flipping it changes nothing in expectation. On π_old's samples, from the second inner step, +β·(log π − log
+# π_ref) has expected gradient −β∇KL(π_old ‖ π), a push away from π_old, and the flipped term +β∇KL(π_old ‖ π), a
+# pull toward it: either way relative to π_old, never to π_ref. A flipped k1 repels the reference only when it sits
+# in the *reward*, where it acts through the score function. And B8 keeps both the value (χ² − KL ≥ 0) and the pull
+# toward the reference (§2.2). The tiny local variant of the real flip is `beta=-0.1` in the config; same seed and
+# settings as above.
 
 # %%
 flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"],
@@ -725,7 +725,9 @@ assert [f"{change[b]['k3']:+.2e} {change[b]['exact']:+.2e}" for b in probe_kl] =
 # 3.22e-01), and β = 0 has nothing to test (no gradient, no change). The exact KL(π ‖ π_ref) followed the
 # same signs here (−3.57e-03 and +6.87e-02), but only the k3 sign is guaranteed. Unlike the curves this
 # needs no comparison run, only the checkpoint and the config; on a real trainer it is one extra step on a
-# copy of the model. The step must be small and free of momentum, since the argument is first-order.
+# copy of the model, reading the KL term exactly as that trainer's loss computes it (a ratio-weighted k3 needs its
+# own reading, below). What the first-order argument guarantees is the sign, for a step free of momentum and small
+# enough; the flipped run's step moved k3 by 45 % (0.7202 → 1.0421) and the sign held.
 
 # %% [markdown]
 # Why the reverse KL need not follow: one softmax over five tokens, π far from π_ref (reverse KL 0.77
@@ -744,20 +746,62 @@ def forward_and_reverse_kl(logits):
     return (pi_ref_far * (pi_ref_far / pi).log()).sum().item(), (pi * (pi / pi_ref_far).log()).sum().item()
 
 
-kl_before = forward_and_reverse_kl(pi_far.log())
-kl_after = forward_and_reverse_kl(pi_far.log() - 0.1 * (pi_far - pi_ref_far))  # one step, lr 0.1
+logits_far = pi_far.log()  # (5,)
+logits_fwd = logits_far - 0.1 * (pi_far - pi_ref_far)  # (5,) one step down the forward KL, lr 0.1
+kl_before, kl_after = forward_and_reverse_kl(logits_far), forward_and_reverse_kl(logits_fwd)
+moved = logits_fwd.softmax(-1) - pi_far  # (5,) the probability each token gains
+log_ratio_far = (pi_far / pi_ref_far).log()  # (5,)
 print(f"forward KL(pi_ref || pi) {kl_before[0]:.4f} -> {kl_after[0]:.4f}; "
       f"reverse KL(pi || pi_ref) {kl_before[1]:.4f} -> {kl_after[1]:.4f}")
+print("token             " + " ".join(f"{i:>8d}" for i in range(1, 6)))
+for name, row in (("pi", pi_far), ("pi_ref", pi_ref_far), ("log(pi / pi_ref)", log_ratio_far), ("gain in pi", moved)):
+    print(f"{name:17s} " + " ".join(f"{v:+8.4f}" for v in row.tolist()))
+print(f"first order: sum_i log(pi_i / pi_ref_i) * gain_i = {(log_ratio_far * moved).sum().item():+.4f}")
 assert kl_after[0] < kl_before[0] and kl_after[1] > kl_before[1]  # down the forward KL, up the reverse one
+assert moved.argmax().item() == 2 and moved.argmin().item() == 3  # mass goes from token 4 mostly to token 3
 assert [f"{v:.4f}" for v in (*kl_before, *kl_after)] == ["1.6644", "0.7688", "1.6340", "0.7698"]  # as quoted
+assert [f"{v:+.4f}" for v in moved.tolist()] == ["+0.0008", "+0.0004", "+0.0025", "-0.0039", "+0.0003"]
 
 # %% [markdown]
-# The step lowers the forward KL (1.6644 → 1.6340) and raises the reverse one (0.7688 → 0.7698). It moves
-# most mass off the fourth token (π 0.81 against π_ref 0.46) and onto the second (0.005 against 0.40). The
-# reverse KL's gradient in z_i is π_i·(log(π_i/π_ref,i) − KL(π ‖ π_ref)), and the fourth token's log-ratio,
-# log(0.81/0.46) = 0.56, is below the average 0.77: taking mass from it raises the reverse KL, by more than
-# the other moves lower it. So a probe that watches the exact reverse KL can read the wrong sign when π is
-# far from π_ref; the batch's k3, to first order, cannot.
+# The step lowers the forward KL (1.6644 → 1.6340) and raises the reverse one (0.7688 → 0.7698). In logits it
+# lowers the fourth token most (π 0.81 against π_ref 0.46) and raises the second most (0.005 against 0.40), but
+# in probability the 0.0039 taken from the fourth goes mostly to the third (+0.0025), which π already
+# over-weights (0.15 against 0.014): the second is too rare to absorb much (+0.0004). To first order the reverse
+# KL changes by Σ_i log(π_i/π_ref,i)·Δπ_i, and the third token's log-ratio, +2.40, is the largest: mass moved onto
+# it raises the reverse KL more than the other moves lower it. So a probe that watches the exact reverse KL can
+# read the wrong sign when π is far from π_ref; the loss's own KL term, to first order, cannot.
+#
+# That is also why the probe must read the KL term *as the loss computes it*. With β ≠ 0, TRL 1.16.0's
+# `use_bias_correction_kl=True` (its default, notebook 06 §6) puts ρ·k3 in the loss, whose expected gradient is
+# that of the reverse KL, while the plain k3 of the same π_old samples moves, to first order, with the forward KL.
+# One correctly signed step down the reverse KL on the same pair:
+
+# %%
+logits_rev = logits_far - 0.1 * pi_far * (log_ratio_far - kl_before[1])  # (5,) one step down KL(pi || pi_ref)
+pi_rev = logits_rev.softmax(-1)  # (5,)
+
+
+def k3_mean(pi, weights):
+    """sum_x weights(x) * k3(x), k3 = pi_ref/pi - 1 - log(pi_ref/pi): the batch mean of k3 in expectation over
+    samples drawn from `weights`"""
+    r = pi_ref_far / pi  # (5,)
+    return (weights * (r - 1 - r.log())).sum().item()
+
+
+kl_rev = forward_and_reverse_kl(logits_rev)
+plain_k3 = (k3_mean(pi_far, pi_far), k3_mean(pi_rev, pi_far))  # on pi_old's samples, unweighted
+rho_k3 = (k3_mean(pi_far, pi_far), k3_mean(pi_rev, pi_rev))  # weighted by rho = pi / pi_old: the reverse KL
+print(f"reverse KL {kl_before[1]:.4f} -> {kl_rev[1]:.4f}; forward KL {kl_before[0]:.4f} -> {kl_rev[0]:.4f}")
+print(f"batch mean of rho * k3 {rho_k3[0]:.4f} -> {rho_k3[1]:.4f}; of plain k3 {plain_k3[0]:.4f} -> {plain_k3[1]:.4f}")
+assert rho_k3[1] < rho_k3[0] and plain_k3[1] > plain_k3[0]  # the loss's term falls, plain k3 rises
+assert [f"{v:.4f}" for v in (*kl_rev, *rho_k3, *plain_k3)] == [
+    "1.6655", "0.7598", "0.7688", "0.7598", "0.7688", "0.7699"]  # as quoted
+
+# %% [markdown]
+# The correctly signed step lowers the reverse KL and the batch's ρ·k3 with it (0.7688 → 0.7598), while the
+# plain k3 of the same π_old samples rises (0.7688 → 0.7699), as the forward KL does (1.6644 → 1.6655). A probe
+# that watched plain k3 under that TRL default would call a correct sign flipped; the one to watch is ρ·k3, with
+# π_old frozen at the weights before the step.
 #
 # ### 2.5 Why the reference, and not the old policy
 #
@@ -802,10 +846,12 @@ assert max(first_step_old) == 0.0 and last_step_old < 0.1 < run["inner"][19][0][
 # > - A flipped sign on the penalty does not crash anything. On seed 0 the KL climbs from the start (over the
 # >   *first* 10 iterations 0.214, against 0.088 at β = 0 and 0.073 at β = +0.1), and over the last 10 it is within
 # >   the noise of a correctly signed run (0.241 against 0.212). One seed's short curves are a hint, not a test. The
-# >   test is one small SGD step with every advantage set to 0: the batch's k3 must fall (here −9.87e-02; flipped
-# >   +3.22e-01); the exact KL(π ‖ π_ref) followed here (−3.57e-03; +6.87e-02) but need not (§2.4's five-token
-# >   example). It tests a KL in the loss: with the KL in the reward, zeroing the advantages removes it too. A
-# >   flipped k1 *in the loss* does nothing in expectation on π's own samples (on π_old's it acts relative to π_old,
+# >   test is one small SGD step with every advantage set to 0: the loss's own KL term on the batch must fall (k3
+# >   here: −9.87e-02; flipped +3.22e-01; with TRL 1.16.0's use_bias_correction_kl it is ρ·k3, and plain k3 can rise
+# >   after a correct step); the exact KL(π ‖ π_ref) followed here (−3.57e-03; +6.87e-02) but need not (§2.4's
+# >   five-token example). It tests a KL in the loss: with the KL in the reward, zeroing the advantages removes it
+# >   too. A flipped k1 *in the loss* does nothing in expectation on π's own samples (on π_old's it acts relative to
+# >   π_old,
 # >   not π_ref); in the reward it repels.
 # > - The ratio clip bounds one iteration's step against π_old; the KL anchor bounds the total drift
 # >   against π_ref. π_old cannot do the second job: KL to it restarts from 0 every rollout.
@@ -859,9 +905,11 @@ assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # 
 
 # %% [markdown]
 # With plain SGD that would be the step: 100× the rewards, 100× the step. The twins use **Adam**, which
-# divides each parameter's gradient by a running RMS, so a constant overall scale mostly cancels. What
-# Adam does *not* cancel is the balance inside the loss: −J scales with s, β·KL does not, so without
-# normalisation the effective penalty weight is β/s (in normalised-advantage units, β/(s·std r)).
+# divides each parameter's gradient by a running RMS, so a constant overall scale mostly cancels; and before
+# Adam sees it the twin clips the gradient norm to `max_grad_norm` = 1.0, which also takes out the scale of a
+# large gradient. Both rescale the policy term and the KL term together, so neither cancels the balance inside
+# the loss: −J scales with s, β·KL does not, so without normalisation the effective penalty weight is β/s (in
+# normalised-advantage units, β/(s·std r)).
 #
 # Six short runs (β = 0.1, the default) with rewards scaled by s ∈ {0.01, 1, 100}, with and without
 # normalisation, computed once (the normalised s = 1 run is the β = 0.1 run of notebook 04 §2, reused); the
@@ -1590,13 +1638,14 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 #
 # The sign of the penalty: `pg_loss - beta * kl`, or a negative β from a config. Confirm it without a curve
 # comparison (one seed's short curves only hint: on notebook 04 §2's seed 0 the flipped run is within a correct
-# run's noise late): set every advantage to 0 and take one small SGD step; the batch's k3 must fall, and it rises if
-# the sign is flipped (the exact KL(π ‖ π_ref) need not follow, §2.4). This works for a KL in the loss; with the KL
-# in the reward, zeroing the advantages removes it too. A k1 term with its sign flipped would do it only in the
-# *reward* (through the score function); in the loss k1's expected gradient is 0 either way on π's own samples (and
-# relative to π_old, not π_ref, on π_old's). Reversing the log-ratio inside k3 (B8) would not do it either: it
-# changes the value (χ² − KL) and the gradient (½∇χ²), but that gradient still points toward the reference (notebook
-# 04 §2.2); its symptom is gradient-norm spikes, not a runaway KL (notebook 03 §6).
+# run's noise late): set every advantage to 0 and take one small SGD step; the loss's own KL term on the batch (k3
+# here, ρ·k3 with TRL 1.16.0's use_bias_correction_kl, default True) must fall, and it rises if the sign is flipped
+# (the exact KL(π ‖ π_ref) need not follow, §2.4). This works for a KL in the loss; with the KL in the reward,
+# zeroing the advantages removes it too. A k1 term with its sign flipped would do it only in the *reward* (through
+# the score function); in the loss k1's expected gradient is 0 either way on π's own samples (and relative to π_old,
+# not π_ref, on π_old's). Reversing the log-ratio inside k3 (B8) would not do it either: it changes the value (χ² −
+# KL) and the gradient (½∇χ²), but that gradient still points toward the reference (notebook 04 §2.2); its symptom
+# is gradient-norm spikes, not a runaway KL (notebook 03 §6).
 # </details>
 #
 # 4. You multiply all rewards by 100 in a trainer without advantage normalisation, using Adam. Does the

@@ -381,11 +381,13 @@ CRITIC_FNS = nb05_critic.CriticFunctions(gae_advantages, token_grpo_loss, value_
 RUN = dict(steps=30, prompts_per_batch=8)
 SNAPSHOT = 20
 runs, snapshots = {}, {}
+batch_log = {name: [] for name in nb05_critic.BASELINES}  # per iteration: (prompts, rewards) of its batch (§6.7)
 with progress("training one run per baseline", total=len(nb05_critic.BASELINES)) as step:
     for name in nb05_critic.BASELINES:
         step(name)
-        runs[name], snapshots[name] = nb05_critic.train_with_baseline(baseline=name, critic_fns=CRITIC_FNS,
-                                                                      snapshot_at=(SNAPSHOT,), **RUN)
+        runs[name], snapshots[name] = nb05_critic.train_with_baseline(
+            baseline=name, critic_fns=CRITIC_FNS, snapshot_at=range(SNAPSHOT + 1), **RUN,
+            on_batch=lambda it, batch, name=name: batch_log[name].append((batch["prompts"], batch["rewards"].clone())))
 final = {name: final_reward(h) for name, h in runs.items()}
 print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in final.items()})
 
@@ -1375,6 +1377,23 @@ assert (every[rl_hard], f"{p_x[rl_hard]:.4f}", f"{p_group20[rl_hard]:.4f}") == (
 assert (every[sft_hard], f"{p_x[sft_hard]:.4f}", f"{p_group20[sft_hard]:.4f}") == ("5+7=", "0.0453", "0.0309")
 assert (fell, below) == ({1: 554, 10: 66, 100: 5}, [0, 31]) and [f"{r:.0%}" for r in rose] == ["86%", "69%"]
 
+# %%
+# one collapsed prompt through the GRPO run: its exact p(x) before each iteration, and the batches that held it
+fallen = every[rl_hard]  # "37+1="
+p_fallen = [nb05_critic.exact_outcomes(snapshots["group"][it][0], tokenizer, [fallen], T_SAMPLE)[0][0, 1].item()
+            for it in range(SNAPSHOT + 1)]  # (SNAPSHOT + 1,) before iterations 0..20
+held = {it: rewards.reshape(-1)[torch.tensor([p == fallen for p in prompts])].tolist()  # its group's G rewards
+        for it, (prompts, rewards) in enumerate(batch_log["group"][:SNAPSHOT]) if fallen in prompts}
+print(f"p({fallen!r}) before iteration: " + "  ".join(f"{it}: {p:.4f}" for it, p in enumerate(p_fallen)))
+print(f"iterations whose batch held {fallen!r}, with its group's rewards: {held}")
+peak, first_held = max(range(SNAPSHOT + 1), key=p_fallen.__getitem__), min(held)
+print(f"peak {p_fallen[peak]:.4f} before iteration {peak}; {p_fallen[first_held]:.4f} before iteration {first_held}, "
+      f"the first batch that held it")
+assert peak < first_held and p_fallen[first_held] < p_fallen[peak] / 100  # fell 100-fold while in no batch
+assert all(r == 0 for rewards in held.values() for r in rewards)  # its groups: all wrong, advantages 0
+assert math.isclose(p_fallen[SNAPSHOT], p_group20[rl_hard].item(), rel_tol=1e-4)  # the policy of the table above
+assert (f"{p_fallen[peak]:.4f}", peak, f"{p_fallen[first_held]:.4f}", sorted(held)) == ("0.2750", 7, "0.0015", [14])
+
 # %% [markdown]
 # Twenty iterations of GRPO raised pass@1 from 0.304 to 0.465, and lowered pass@8 from 0.930 to 0.905 and pass@64
 # from 1.000 to 0.985. $p(x)$ rose on most prompts, more often on those the SFT model solved most often (86% of those
@@ -1385,10 +1404,13 @@ assert (fell, below) == ({1: 554, 10: 66, 100: 5}, [0, 31]) and [f"{r:.0%}" for 
 # shows the mechanism,
 # not a law. On LLMs, Yue et al. (2025, *Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs
 # Beyond the Base Model?*) report the same tendency across model families and benchmarks: RL-trained models ahead at
-# pass@1, their base models ahead at large k. For the group baseline the trap is interference, not its own signal:
-# with a binary reward a prompt's own mixed groups raise its $p(x)$ in expectation (to first order, at ratio 1), so
-# a prompt like `37+1=` is pushed down by updates on other prompts through the shared weights, and near
-# $p(x) = 0$ its groups hold no success, fall silent and cannot pull it back (notebook 05 §6.1).
+# pass@1, their base models ahead at large k. For the group baseline the trap is interference, not its own signal.
+# With a binary reward a prompt's own mixed groups raise its $p(x)$ in expectation (to first order at ratio 1,
+# leaving out the KL term, and with a normaliser that does not depend on the samples), and `37+1=` fell without any:
+# from 0.2750 before iteration 7 to 0.0015 before iteration 14 while no batch held it, so the updates on other
+# prompts pushed it down through the shared weights. Its one group, at iteration 14, was all wrong (rewards 0,
+# advantages 0): near $p(x) = 0$ a prompt's groups hold no success, fall silent and cannot pull it back (notebook
+# 05 §6.1).
 #
 # The pass@k above is exact, from $p(x)$. An evaluation has only $n \ge k$ samples per prompt, $c$ of them right.
 # Plugging $c/n$ into $1 - (1 - c/n)^k$ is biased low: $(1 - q)^k$ is convex in $q$, so its mean over $c$ exceeds

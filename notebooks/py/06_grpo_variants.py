@@ -1423,8 +1423,9 @@ plt.show()
 # - **In the reward (k1):** r_i ← r_i − β Σ_t (log π_old − log π_ref)(o_{i,t}), computed at rollout with no
 #   gradient; it reaches the policy through the advantage, as a score-function (REINFORCE) term. In
 #   expectation its gradient is β E_x[k1(x) ∇log π(x)] = β ∇KL(π ‖ π_ref).
-# - **In the loss (k3):** L ← L + β · mean_t k3, differentiated directly (pathwise). E_x[∇k3(x)] =
-#   β ∇KL(π_ref ‖ π): the *other* direction (notebook 04 §2).
+# - **In the loss (k3):** L ← L + β · mean_t k3, differentiated directly (pathwise). On π's own samples
+#   β E_x[∇k3(x)] = β ∇KL(π_ref ‖ π): the *other* direction (notebook 04 §2). Weighted by ρ = π/π_old (TRL's
+#   `use_bias_correction_kl`, below), E_{x∼π_old}[∇(ρ k3)] = ∇KL(π ‖ π_ref) at every inner step.
 # - **k1 in the loss** has E_x[∇k1(x)] = E_x[∇log π(x)] = 0 on π's own samples: no pull at all, in expectation (on
 #   π_old's samples, from the second inner step, −∇KL(π_old ‖ π): relative to π_old, never to π_ref).
 # - **β = 0**: no anchor.

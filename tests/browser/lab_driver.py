@@ -410,6 +410,14 @@ def kernel_print(page, code: str) -> str:
 CURRENT_PATH_JS = "() => window.jupyterapp.shell.currentWidget?.context?.path ?? null"
 
 
+OUTPUTS_SETTLED_JS = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const imgs = [...panel.node.querySelectorAll('.jp-OutputArea-output img')];
+  return imgs.length > 0 && imgs.every(i => i.complete && i.naturalHeight > 0);
+}"""
+"""the current notebook's output images are all decoded, so its layout (and a scroll position in it) is settled"""
+
+
 def current_path(page) -> str | None:
     """The path of the document in the Lab's current tab (None when it is not a document)."""
     return page.evaluate(CURRENT_PATH_JS)

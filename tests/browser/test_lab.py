@@ -274,11 +274,13 @@ def test_drill_card_timer_ticks_in_the_browser_and_its_link_opens_the_section(pa
     page.wait_for_function("(a) => a.href.includes('/files/')", arg=link.element_handle(), timeout=30_000)
     link.click()  # the Lab's link handler: a relative link resolved against notebook 00's folder
     page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === '{target}'", timeout=60_000)
+    # the Lab scrolls to a fragment once: images decoded later above the heading would push it out of view
+    page.wait_for_function(lab.OUTPUTS_SETTLED_JS, timeout=120_000)
     lab.activate(page, f"notebooks/{START}")
     link.click()
     page.wait_for_function(f"() => ({lab.CURRENT_PATH_JS})() === '{target}'", timeout=60_000)
     page.wait_for_function(f"() => {{ const h = ({lab.SECTION_HEADING_JS})({section}); "
-                           "return h !== null && h.top >= 0 && h.top < h.height; }", timeout=120_000)
+                           "return h !== null && h.top >= 0 && h.top < h.height; }", timeout=60_000)
     print(f"drill card: {target} §{section} heading at {lab.section_heading(page, section)}")
 
 

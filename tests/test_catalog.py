@@ -591,6 +591,8 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
         quoted("B15", f"range once ({out[0][1]} at iteration {out[0][0]}, between the printed lines)")
         assert len(out) == 1 and out[0][0] not in {s["iteration"] for s in printed}
         assert "mixed_groups" not in catalog.bug("B15").stats  # level 1 leaves finding it to the learner
+        assert not grpo_fixed.in_range(fixed[0], "ref_gap") and not grpo_fixed.in_range(run[0], "ref_gap")
+        quoted("B15", "ref_gap at iteration 0 is out in every run, healthy ones too")
     elif bug_id == "B16":
         assert all(s["ref_gap"] == 0 for s in run)  # what the health check reads (not in the hint)
         quoted("B16", f"({last10(run, 'kl'):.2f} on average over the last 10", f"logs {last10(fixed, 'kl'):.2f})",

@@ -209,8 +209,8 @@ BUGS = [
         symptom="the progress line a default run prints stays in its healthy ranges, the advantages are centred "
                 "(adv_group_mean at rounding level) and the run ends at 0.68 where a healthy one reaches 0.68; of "
                 "the full statistics logged for each iteration (the run's history), one is out of its healthy "
-                "range at every iteration (find it), and the gradient norm leaves its range once (167 at iteration "
-                "8, between the printed lines)",
+                "range at every iteration (find it; ref_gap at iteration 0 is out in every run, healthy ones too), and "
+                "the gradient norm leaves its range once (167 at iteration 8, between the printed lines)",
         stats=("adv_group_mean", "grad_norm"),
         source="PrimeIntellect-ai/prime-rl pull request 600 (prompts duplicated as [p1, p2] * n instead of [p1, p1, "
                "p2, p2], so each GRPO group mixed different prompts)",

@@ -23,15 +23,15 @@
 # 1. The ratio is **exactly** 1 at the first inner step when old log-probs are cached once by the same forward
 #    as the loss's (same weights and code path, no dropout), and only there: every later minibatch, even one
 #    never trained on, sees a policy that already moved.
-# 2. What the drift's sign guarantees: to first order, one step raises the advantage-weighted log-ratio of the
-#    tokens it was computed on, $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$ (on the
-#    rollout's other minibatches only in expectation). On this notebook's batch, at small
+# 2. What the drift's sign guarantees: to first order, the first step (from ratio 1) raises the advantage-weighted
+#    log-ratio of the tokens it was computed on, $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge
+#    0$ (on the rollout's other minibatches the change has no guaranteed sign). On this notebook's batch, at small
 #    steps, that shows as A > 0 tokens drifting above ratio 1 and A < 0 tokens below on average, toward the side of
 #    the clip window each one hits; after one step at lr 1e-2 the per-sign mean ratios had swapped while the
-#    weighted log-ratio stayed positive. The per-sign sides are not guaranteed even for an infinitesimal step.
-#    One reason: under a token-mean loss, unequal lengths can make $\sum_t A_t \ne 0$, and that part of the
-#    gradient moves every sampled token the same way. Another, even when $\sum_t A_t = 0$: shared parameters
-#    (one logit shared by an A > 0 and an A < 0 occurrence of the same token can move both the same way).
+#    weighted log-ratio stayed positive. The per-sign sides are not guaranteed even for an infinitesimal step. One
+#    reason: under a token-mean loss, unequal lengths can make $\sum_t A_t \ne 0$, and that part of the gradient
+#    moves every sampled token the same way. Another, even when $\sum_t A_t = 0$: shared parameters (one logit
+#    shared by an A > 0 and an A < 0 occurrence of the same token can move both the same way).
 # 3. When clipping engages, and what it does and does not bound.
 # 4. The illegitimate reasons for ratio ≠ 1 (or for a ratio that is 1 when it should not be): the
 #    recomputed-old-log-probs trap (B3), dropout (and why "the same mode for both passes" is not enough),
@@ -234,8 +234,9 @@ assert [f"{d:.2f}" for d in maxdev[1:]] == ["0.22", "0.40", "0.56"] and n_clippe
 # (Adam's momentum also mixes in gradients from earlier batches, so for the trainer's Adam this is a
 # tendency, not a theorem: the table below checks it.) What is guaranteed, to first order and for one small
 # step from $\rho = 1$, is this *advantage-weighted* mean log-ratio over the tokens whose gradient $g$ is, and
-# nothing more. With minibatches, a step on one moves another's weighted log-ratio by $\eta\,g_1^\top P g_0$,
-# positive only in expectation. It does not say that
+# nothing more. With minibatches, a step on one moves another's weighted log-ratio by $\eta\,g_1^\top P g_0$, a
+# cross term with no guaranteed sign; and from the second step on, $g$ carries the ratios and the clip, so what a
+# step raises, to first order, is the clipped surrogate, not this sum. It does not say that
 # the A > 0 tokens' mean ratio goes above 1 and the A < 0 tokens' below: a positive weighted sum also comes
 # out of both groups' log-probs falling, the A < 0 ones further, and a mean *ratio* can be carried by a few
 # tokens that moved far. On this batch, at small steps, the per-sign means do land on those sides (the table
@@ -506,7 +507,8 @@ plt.show()
 # other sizes.)
 
 # %% [markdown]
-# > **You should know.** An update raises the advantage-weighted log-ratio (to first order, for a small step):
+# > **You should know.** The first update from ratio 1 raises the advantage-weighted log-ratio (to first order, for
+# > a small step):
 # > A > 0 tokens are pushed toward $1+\epsilon$ and A < 0 tokens toward $1-\epsilon$, precisely the sides where
 # > the clipped surrogate flattens. The per-sign mean ratios showed it at small steps on this batch but are not
 # > guaranteed: they swapped after one step at lr = 1e-2 above, and even an infinitesimal step can move both

@@ -616,11 +616,11 @@ for label in ("0.5", "0"):
 # *rewarded* for moving away from the reference. Not every sign slip does that. A k1 term in the loss has zero
 # expected gradient on π's own samples whichever its sign (E_π[∇log π] = 0, notebook 04 §2.2), so at the first inner
 # step flipping it changes nothing in expectation. On π_old's samples, from the second inner step, +β·(log π − log
-# π_ref) has expected gradient −β∇KL(π_old ‖ π), a push away from π_old, and the flipped term +β∇KL(π_old ‖ π), a
-# pull toward it: either way relative to π_old, never to π_ref. A flipped k1 repels the reference only when it sits
-# in the *reward*, where it acts through the score function. And B8 keeps both the value (χ² − KL ≥ 0) and the pull
-# toward the reference (§2.2). The tiny local variant of the real flip is `beta=-0.1` in the config; same seed and
-# settings as above.
+# π_ref) has expected gradient −β∇KL(π_old ‖ π), a push away from π_old (E_{π_old}[∇log π] = −∇KL(π_old ‖ π)), and
+# the flipped term +β∇KL(π_old ‖ π), a pull toward it: either way relative to π_old, never to π_ref. A flipped k1
+# repels the reference only when it sits in the *reward*, where it acts through the score function. And B8 keeps
+# both the value (χ² − KL ≥ 0) and the pull toward the reference (§2.2). The tiny local variant of the real flip is
+# `beta=-0.1` in the config; same seed and settings as above.
 
 # %%
 flip_runs = {"+0.1": beta_runs["0.1"], "0": beta_runs["0"],
@@ -772,10 +772,10 @@ assert [f"{v:+.4f}" for v in moved.tolist()] == ["+0.0008", "+0.0004", "+0.0025"
 # read the wrong sign when π is far from π_ref; the loss's own KL term, to first order, cannot.
 #
 # That is also why the probe must read the KL term *as the loss computes it*. With β ≠ 0, TRL 1.16.0's
-# `use_bias_correction_kl=True` (its default, notebook 06 §6) puts ρ·k3 in the loss, whose expected gradient is
-# that of the reverse KL, while the plain k3 of the same π_old samples moves, to first order, with the forward KL.
-# One correctly signed step down the reverse KL on the same pair:
-
+# `use_bias_correction_kl=True` (its default, notebook 06 §6) puts ρ·k3 in the loss, whose expected gradient, with
+# token-level ratios (its default `importance_sampling_level="token"`), is that of each position's reverse KL, while
+# the plain k3 of the same π_old samples moves, to first order, with the forward KL. One correctly signed step down
+# the reverse KL on the same pair:
 # %%
 logits_rev = logits_far - 0.1 * pi_far * (log_ratio_far - kl_before[1])  # (5,) one step down KL(pi || pi_ref)
 pi_rev = logits_rev.softmax(-1)  # (5,)
@@ -905,7 +905,7 @@ assert math.isclose(grad_norms[100.0][1], grad_norms[0.01][1], rel_tol=1e-4)  # 
 
 # %% [markdown]
 # With plain SGD that would be the step: 100× the rewards, 100× the step. The twins use **Adam**, which
-# divides each parameter's gradient by a running RMS, so a constant overall scale mostly cancels; and before
+# divides each parameter's gradient by a running RMS, so a constant overall scale cancels up to Adam's ε; and before
 # Adam sees it the twin clips the gradient norm to `max_grad_norm` = 1.0, which also takes out the scale of a
 # large gradient. Both rescale the policy term and the KL term together, so neither cancels the balance inside
 # the loss: −J scales with s, β·KL does not, so without normalisation the effective penalty weight is β/s (in

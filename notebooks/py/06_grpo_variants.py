@@ -1425,7 +1425,8 @@ plt.show()
 #   expectation its gradient is β E_x[k1(x) ∇log π(x)] = β ∇KL(π ‖ π_ref).
 # - **In the loss (k3):** L ← L + β · mean_t k3, differentiated directly (pathwise). On π's own samples
 #   β E_x[∇k3(x)] = β ∇KL(π_ref ‖ π): the *other* direction (notebook 04 §2). Weighted by ρ = π/π_old (TRL's
-#   `use_bias_correction_kl`, below), E_{x∼π_old}[∇(ρ k3)] = ∇KL(π ‖ π_ref) at every inner step.
+#   `use_bias_correction_kl`, below, with token-level ρ), E_{x∼π_old}[∇(ρ k3)] = ∇Σ_x π(x) k3(x) = ∇KL(π ‖ π_ref) at
+#   every inner step, per position at the sampled prefix (the whole completion's KL has one more term, below).
 # - **k1 in the loss** has E_x[∇k1(x)] = E_x[∇log π(x)] = 0 on π's own samples: no pull at all, in expectation (on
 #   π_old's samples, from the second inner step, −∇KL(π_old ‖ π): relative to π_old, never to π_ref).
 # - **β = 0**: no anchor.
@@ -1609,7 +1610,8 @@ assert len(spikes) == 2 and all(v > 5 * free[1] for _, v in spikes)
 # >   differentiated term whose weight is β alone.
 # > - k3 in the loss pulls towards the reference along ∇KL(π_ref ‖ π), not ∇KL(π ‖ π_ref); k1 in the loss
 # >   (verl `kl_loss_type: kl`) pulls nowhere in expectation. TRL 1.16.0's `use_bias_correction_kl=True`
-# >   multiplies k3 by ρ, whose gradient restores ∇KL(π ‖ π_ref) (last row above).
+# >   multiplies k3 by the token-level ρ, whose gradient restores each position's ∇KL(π ‖ π_ref) (last row above;
+# >   with `importance_sampling_level="sequence"` a sequence weight multiplies the per-token KL instead).
 # > - Symptom of a misplaced or mis-chosen KL: the `kl` statistic grows as if β were 0.
 # > - Statistic: `kl` per iteration against a β = 0 run.
 #
@@ -1974,15 +1976,16 @@ plt.show()
 #    0.403 against 0.422 after about the same generation budget (168 and 160 groups), within one seed's noise. It
 #    pays where most groups are all-wrong or all-right. verl 0.9.1 `algorithm.filter_groups.enable`; TRL 1.16.0
 #    has no switch and logs `frac_reward_zero_std` (notebook 06 §5).
-# 6. k1 in the reward reaches the policy through the advantage as a score-function term, with expected gradient β∇KL(π ‖
-#    π_ref). k3 in the loss is differentiated directly, with expected gradient β∇KL(π_ref ‖ π), the other direction
-#    (+0.33191 against +0.28259 on the first logit of the tiny input). k1 in the loss pulls nowhere in expectation
-#    (gradient 0); TRL 1.16.0's `use_bias_correction_kl=True` (its default; `beta` itself defaults to 0.0) multiplies k3
-#    by ρ, which restores ∇KL(π ‖ π_ref). Not the same strength: in the reward the penalty is baselined and normalised
-#    with the task reward, so its weight depends on the reward's spread; in the loss its weight is β alone. At β = 0.1
-#    on EchoTask the KL in the loss barely anchored (k3 estimate 0.5455 over the last 10 iterations, against 0.6250 with
-#    β = 0), the KL in the reward far more (0.2174), at a lower reward (0.417, against 0.489 and 0.507)
-#    (notebook 06 §6).
+# 6. k1 in the reward reaches the policy through the advantage as a score-function term, with expected gradient
+#    β∇KL(π ‖ π_ref). k3 in the loss is differentiated directly, with expected gradient β∇KL(π_ref ‖ π), the other
+#    direction (+0.33191 against +0.28259 on the first logit of the tiny input). k1 in the loss pulls nowhere in
+#    expectation (gradient 0, on π's own samples); TRL 1.16.0's `use_bias_correction_kl=True` (its default; `beta`
+#    itself defaults to 0.0) multiplies k3 by the token-level ρ, which restores each position's ∇KL(π ‖ π_ref) (not
+#    under `importance_sampling_level="sequence"`). Not the same strength: in the reward the penalty is baselined
+#    and normalised with the task reward, so its weight depends on the reward's spread; in the loss its weight is β
+#    alone. At β = 0.1 on EchoTask the KL in the loss barely anchored (k3 estimate 0.5455 over the last 10
+#    iterations, against 0.6250 with β = 0), the KL in the reward far more (0.2174), at a lower reward (0.417,
+#    against 0.489 and 0.507) (notebook 06 §6).
 # 7. Masking keeps the truncated completions' rewards in the group's mean and std but takes their tokens out of the
 #    loss. That removes the noise (a right answer that ran over no longer gets its tokens pushed down) and also the push
 #    to stop that those tokens got: on RambleTask, on one seed, the truncated fraction ended higher (0.606 over the last

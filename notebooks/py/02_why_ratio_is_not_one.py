@@ -23,9 +23,10 @@
 # 1. The ratio is **exactly** 1 at the first inner step when old log-probs are cached once by the same forward
 #    as the loss's (same weights and code path, no dropout), and only there: every later minibatch, even one
 #    never trained on, sees a policy that already moved.
-# 2. What the drift's sign guarantees: to first order, the first step (from ratio 1) raises the advantage-weighted
-#    log-ratio of the tokens it was computed on, $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge
-#    0$ (on the rollout's other minibatches the change has no guaranteed sign). On this notebook's batch, at small
+# 2. What the drift's sign guarantees: to first order, leaving out the KL term, the first step (from ratio 1)
+#    raises the advantage-weighted log-ratio of the tokens it was computed on,
+#    $\frac1n\sum_t A_t\,\Delta\log\pi(o_t) \approx \eta\,g^\top P g \ge 0$ (on the rollout's other minibatches the
+#    change has no guaranteed sign). On this notebook's batch, at small
 #    steps, that shows as A > 0 tokens drifting above ratio 1 and A < 0 tokens below on average, toward the side of
 #    the clip window each one hits; after one step at lr 1e-2 the per-sign mean ratios had swapped while the
 #    weighted log-ratio stayed positive. The per-sign sides are not guaranteed even for an infinitesimal step. One
@@ -1256,7 +1257,8 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 # 2. Old log-probs recomputed inside the inner loop (B3): the ratio is 1 at every step, so nothing is ever
 #    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates"
 #    (notebook 02 §4).
-# 3. What is guaranteed (to first order, one small step) is only $\sum_t A_t\Delta\log\pi_t \ge 0$. On the
+# 3. What is guaranteed, to first order, for the first small step from ratio 1 (leaving out the KL term), is only
+#    $\sum_t A_t\Delta\log\pi_t \ge 0$ on that step's tokens; later steps only raise the clipped surrogate. On the
 #    notebook's batch, at small steps, A > 0 tokens rise toward $1+\epsilon$ and A < 0 tokens fall toward
 #    $1-\epsilon$ on average; but after one step at lr = 1e-2 the per-sign mean ratios had swapped (notebook 02
 #    §3), and even an infinitesimal step can move both signs' log-probs the same way: for example when

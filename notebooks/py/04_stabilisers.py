@@ -776,6 +776,7 @@ assert [f"{v:+.4f}" for v in moved.tolist()] == ["+0.0008", "+0.0004", "+0.0025"
 # token-level ratios (its default `importance_sampling_level="token"`), is that of each position's reverse KL, while
 # the plain k3 of the same π_old samples moves, to first order, with the forward KL. One correctly signed step down
 # the reverse KL on the same pair:
+
 # %%
 logits_rev = logits_far - 0.1 * pi_far * (log_ratio_far - kl_before[1])  # (5,) one step down KL(pi || pi_ref)
 pi_rev = logits_rev.softmax(-1)  # (5,)
@@ -869,7 +870,7 @@ assert max(first_step_old) == 0.0 and last_step_old < 0.1 < run["inner"][19][0][
 # %% [markdown]
 # ## 3. Reward normalisation
 #
-# ### 3.1 The step size follows the reward's units unless you divide by the std
+# ### 3.1 The gradient follows the reward's units unless you divide by the std
 #
 # **Question.** Multiply every reward by s. What happens to the update?
 #
@@ -1652,10 +1653,11 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 #    step size change? What does change?
 # <details><summary>Answer</summary>
 #
-# The raw gradient is 100× larger, but Adam divides by its running RMS, so the step size barely changes.
-# What changes is the balance with the KL term: the effective β is 100× smaller (here the s = 100 run
-# behaved like β ≈ 0). With normalisation the scale cancels: the three normalised runs end at the same
-# level (0.419 at s = 0.01, 1 and 100; s = 100 identical to s = 1, s = 0.01 equal up to float rounding).
+# The raw gradient is 100× larger, but Adam divides by its running RMS, which cancels a constant factor up to its ε.
+# What changes is the balance with the KL term: the effective β is 100× smaller (20 iterations on one seed cannot
+# tell s = 100 from s = 1 or β = 0: exact KL 0.136, 0.107, 0.119). With normalisation the scale cancels: the three
+# normalised runs end at the same level (0.419 at s = 0.01, 1 and 100; s = 100 identical to s = 1, s = 0.01 equal up
+# to float rounding).
 # </details>
 #
 # 5. Why log the pre-clip gradient norm rather than the post-clip one?

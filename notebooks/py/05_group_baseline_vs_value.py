@@ -1406,18 +1406,19 @@ assert (f"{p_fallen[peak]:.4f}", peak, f"{p_fallen[first_held]:.4f}", sorted(hel
 # Beyond the Base Model?*) report the same tendency across model families and benchmarks: RL-trained models ahead at
 # pass@1, their base models ahead at large k. For the group baseline the trap is interference, not its own signal.
 # With a binary reward a prompt's own mixed groups raise its $p(x)$ in expectation (to first order at ratio 1,
-# leaving out the KL term, and with a normaliser that does not depend on the samples: the $c(p, G) > 0$ of notebook
-# 05 §6.3), and `37+1=` moved without any: the updates on other prompts, through the shared weights, first raised it
-# (0.2158 to 0.2750 over iterations 0-6) and then pushed it down to 0.0015 before iteration 14, while no batch held
+# leaving out the KL term, and with a loss normaliser that does not depend on the samples, 1/G per group rather
+# than a token count; the group std is fine: $c(p, G) > 0$, notebook 05 §6.3), and `37+1=` moved without any: the
+# updates on other prompts, through the shared weights, first raised it on net (0.2158 to 0.2750 over iterations
+# 0-6, through a dip to 0.1934) and then pushed it down to 0.0015 before iteration 14, while no batch held
 # it. Its only group in iterations 0-19, at iteration 14, was all wrong (rewards 0, advantages 0): near $p(x) = 0$ a
 # prompt's groups hold no success and their policy-gradient signal falls silent (only the KL term, on its own
-# samples, still pulls toward the reference), so nothing of its own pulls it back (notebook 05 §6.1).
+# samples, still pulls toward the reference), so only that term pulls it back (notebook 05 §6.1).
 #
 # The pass@k above is exact, from $p(x)$. An evaluation has only $n \ge k$ samples per prompt, $c$ of them right.
-# Plugging $c/n$ into $1 - (1 - c/n)^k$ is biased low: $(1 - q)^k$ is convex in $q$, so its mean over $c$ exceeds
-# $(1 - p)^k$ (Jensen). The unbiased estimator is $1 - \binom{n-c}{k}/\binom{n}{k}$, the chance that $k$ of the $n$
-# samples drawn without replacement are not all wrong (Chen et al., 2021, the HumanEval paper). Both estimators'
-# expectations over $c \sim \text{Binomial}(n, p(x))$, for the SFT model's pass@8:
+# For $k \ge 2$, plugging $c/n$ into $1 - (1 - c/n)^k$ is biased low: $(1 - q)^k$ is strictly convex in $q$, so its
+# mean over $c$ exceeds $(1 - p)^k$ (Jensen). The unbiased estimator is $1 - \binom{n-c}{k}/\binom{n}{k}$, the
+# chance that $k$ of the $n$ samples drawn without replacement are not all wrong (Chen et al., 2021, the HumanEval
+# paper). Both estimators' expectations over $c \sim \text{Binomial}(n, p(x))$, for the SFT model's pass@8:
 
 # %%
 def expected_pass_estimates(p, n, k):
@@ -1440,10 +1441,10 @@ assert all(abs(u - pass_at(p_x, 8)) < 1e-9 and pl < u for u, pl in estimates.val
 assert [f"{pl:.3f}" for _, pl in estimates.values()] == ["0.829", "0.883", "0.919"]  # as quoted: rising with n
 
 # %% [markdown]
-# The unbiased estimator's mean is the exact pass@8 (0.930) at every $n$; the plug-in's falls short, most at
-# $n = k$ (0.829 at $n = 8$, 0.883 at 16, 0.919 at 64). At $n = k$ the unbiased estimator is simply "any of the
-# $n$ samples right", while the plug-in credits a prompt with one right sample of 8 only $1 - (7/8)^8 = 0.656$.
-# The plug-in stays biased at every finite $n$; use the unbiased estimator at any $n \ge k$, and take $n$ above $k$
+# The unbiased estimator's mean is the exact pass@8 (0.930) at every $n$; the plug-in's falls short, most at $n = k$
+# (0.829 at $n = 8$, 0.883 at 16, 0.919 at 64). At $n = k$ the unbiased estimator is simply "any of the $n$ samples
+# right", while the plug-in credits a prompt with one right sample of 8 only $1 - (7/8)^8 = 0.656$. For $k \ge 2$
+# the plug-in stays biased at every finite $n$; use the unbiased estimator at any $n \ge k$, and take $n$ above $k$
 # to lower its variance (Chen et al. use $n = 200$ for $k \le 100$).
 #
 # > **You should know.** A rising training reward says the policy got better at what it samples; report pass@k at

@@ -1436,7 +1436,8 @@ plt.show()
 # <table>
 # <tr><th></th><th>name and values</th><th>default</th><th>source</th></tr>
 # <tr><td>TRL 1.16.0</td><td><code>GRPOConfig.beta</code> (k3 in the loss, "If <code>0.0</code> (default), the
-# reference model is not loaded"); <code>use_bias_correction_kl</code> multiplies the per-token k3 by the ratio ρ.
+# reference model is not loaded"); <code>use_bias_correction_kl</code> multiplies the per-token k3 by the ratio ρ
+# (per token; under <code>importance_sampling_level="sequence"</code> by the sequence weight).
 # <code>RLOOTrainer</code> puts k1, summed over the tokens, into the reward: <code>rewards = rewards - self.beta *
 # kl</code></td><td><code>beta=0.0</code>,
 # <code>use_bias_correction_kl=True</code></td><td><code>trl/trainer/grpo_config.py</code>,
@@ -1611,7 +1612,8 @@ assert len(spikes) == 2 and all(v > 5 * free[1] for _, v in spikes)
 # > - k3 in the loss pulls towards the reference along ∇KL(π_ref ‖ π), not ∇KL(π ‖ π_ref); k1 in the loss
 # >   (verl `kl_loss_type: kl`) pulls nowhere in expectation. TRL 1.16.0's `use_bias_correction_kl=True`
 # >   multiplies k3 by the token-level ρ, whose gradient restores each position's ∇KL(π ‖ π_ref) (last row above;
-# >   with `importance_sampling_level="sequence"` a sequence weight multiplies the per-token KL instead).
+# >   with `importance_sampling_level="sequence"` a sequence weight multiplies the per-token KL instead, and TRL
+# >   1.16.0's docstring claims the reverse-KL property for "token" only).
 # > - Symptom of a misplaced or mis-chosen KL: the `kl` statistic grows as if β were 0.
 # > - Statistic: `kl` per iteration against a β = 0 run.
 #

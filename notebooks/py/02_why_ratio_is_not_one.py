@@ -1258,17 +1258,17 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 #    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates"
 #    (notebook 02 §4).
 # 3. What is guaranteed, to first order, for the first small step from ratio 1 (leaving out the KL term), is only
-#    $\sum_t A_t\Delta\log\pi_t \ge 0$ on that step's tokens; later steps only raise the clipped surrogate. On the
-#    notebook's batch, at small steps, A > 0 tokens rise toward $1+\epsilon$ and A < 0 tokens fall toward
-#    $1-\epsilon$ on average; but after one step at lr = 1e-2 the per-sign mean ratios had swapped (notebook 02
-#    §3), and even an infinitesimal step can move both signs' log-probs the same way: for example when
-#    $\sum_t A_t \ne 0$ (a token mean over unequal lengths: that part of the gradient moves every sampled token
-#    the same way; the toy in notebook 02 §3), or, with $\sum_t A_t = 0$, through shared parameters (one logit
-#    shared by an A > 0 and an A < 0 occurrence of the same token). Why A < 0 drifts further: A > 0 tokens are
-#    already likely mid-run: their log-prob moves less per unit of gradient
-#    ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by $1/\pi_\text{old}$, while
-#    A < 0 tokens can fall toward 0; on the notebook's batch the A < 0 tokens also carry a slightly larger mean
-#    $|A|$ (notebook 02 §3).
+#    $\sum_t A_t\Delta\log\pi_t \ge 0$ on that step's tokens; later steps only raise, to first order, the clipped
+#    surrogate minus β·KL on their own minibatch. On the notebook's batch, at small steps, A > 0 tokens rise toward
+#    $1+\epsilon$ and A < 0 tokens fall toward $1-\epsilon$ on average; but after one step at lr = 1e-2 the per-sign
+#    mean ratios had swapped (notebook 02 §3), and even an infinitesimal step can move both signs' log-probs the
+#    same way: for example when $\sum_t A_t \ne 0$ (a token mean over unequal lengths: that part of the gradient
+#    moves every sampled token the same way; the toy in notebook 02 §3), or, with $\sum_t A_t = 0$, through shared
+#    parameters (one logit shared by an A > 0 and an A < 0 occurrence of the same token). Why A < 0 drifts further:
+#    A > 0 tokens are already likely mid-run: their log-prob moves less per unit of gradient
+#    ($\partial\log\pi(a)/\partial z_a = 1 - \pi(a)$) and their ratio is capped by $1/\pi_\text{old}$, while A < 0
+#    tokens can fall toward 0; on the notebook's batch the A < 0 tokens also carry a slightly larger mean $|A|$
+#    (notebook 02 §3).
 # 4. No: train mode draws a new dropout mask each forward, while the cached old log-probs were eval-mode. Two
 #    train-mode passes do not help either (two different masks). Fixes: eval mode for both passes, no dropout
 #    (TRL's `disable_dropout`), or the same dropout mask for both (notebook 02 §5.1).

@@ -1393,6 +1393,8 @@ assert peak < first_held and p_fallen[first_held] < p_fallen[peak] / 100  # fell
 assert all(r == 0 for rewards in held.values() for r in rewards)  # its groups: all wrong, advantages 0
 assert math.isclose(p_fallen[SNAPSHOT], p_group20[rl_hard].item(), rel_tol=1e-4)  # the policy of the table above
 assert (f"{p_fallen[peak]:.4f}", peak, f"{p_fallen[first_held]:.4f}", sorted(held)) == ("0.2750", 7, "0.0015", [14])
+assert [f"{p_fallen[it]:.4f}" for it in (3, 15, 17, 20)] == ["0.1934", "0.0014", "0.0029", "0.0002"]  # as quoted
+assert min(p_fallen[:peak]) == p_fallen[3] and max(p_fallen[15:]) == p_fallen[17]  # the dip; the later rise
 
 # %% [markdown]
 # Twenty iterations of GRPO raised pass@1 from 0.304 to 0.465, and lowered pass@8 from 0.930 to 0.905 and pass@64
@@ -1411,8 +1413,10 @@ assert (f"{p_fallen[peak]:.4f}", peak, f"{p_fallen[first_held]:.4f}", sorted(hel
 # updates on other prompts, through the shared weights, first raised it on net (0.2158 to 0.2750 over iterations
 # 0-6, through a dip to 0.1934) and then pushed it down to 0.0015 before iteration 14, while no batch held
 # it. Its only group in iterations 0-19, at iteration 14, was all wrong (rewards 0, advantages 0): near $p(x) = 0$ a
-# prompt's groups hold no success and their policy-gradient signal falls silent (only the KL term, on its own
-# samples, still pulls toward the reference), so only that term pulls it back (notebook 05 §6.1).
+# prompt's groups hold no success and their policy-gradient signal falls silent (notebook 05 §6.1): of its own
+# signal only the KL term, and only in an iteration whose batch holds it, pulls toward the reference; otherwise only
+# other prompts' updates move it (here up from 0.0014 before iteration 15 to 0.0029 before 17, then down to 0.0002
+# before 20).
 #
 # The pass@k above is exact, from $p(x)$. An evaluation has only $n \ge k$ samples per prompt, $c$ of them right.
 # For $k \ge 2$, plugging $c/n$ into $1 - (1 - c/n)^k$ is biased low: $(1 - q)^k$ is strictly convex in $q$, so its

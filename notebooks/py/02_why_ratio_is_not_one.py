@@ -1258,8 +1258,10 @@ assert not grpo_fixed.in_range({"ratio_last_maxdev": audit["B3 recomputed old"][
 #    clipped and the multi-epoch update has no trust region. Health check "ratio moves after updates"
 #    (notebook 02 §4).
 # 3. What is guaranteed, to first order, for the first small step from ratio 1 (leaving out the KL term), is only
-#    $\sum_t A_t\Delta\log\pi_t \ge 0$ on that step's tokens; later steps only raise, to first order, the clipped
-#    surrogate minus β·KL on their own minibatch. On the notebook's batch, at small steps, A > 0 tokens rise toward
+#    $\sum_t A_t\Delta\log\pi_t \ge 0$ on that step's tokens; for later steps the guarantee is only that they raise,
+#    to first order, the clipped surrogate minus β·KL on their own minibatch. Both hold for a step along a
+#    positively preconditioned gradient (SGD); with Adam's momentum, which carries earlier minibatches' gradients,
+#    both are a tendency (notebook 02 §3). On the notebook's batch, at small steps, A > 0 tokens rise toward
 #    $1+\epsilon$ and A < 0 tokens fall toward $1-\epsilon$ on average; but after one step at lr = 1e-2 the per-sign
 #    mean ratios had swapped (notebook 02 §3), and even an infinitesimal step can move both signs' log-probs the
 #    same way: for example when $\sum_t A_t \ne 0$ (a token mean over unequal lengths: that part of the gradient

@@ -1654,8 +1654,8 @@ assert (f"{late[SPIKE_AT] / normal:.1f} {sum(after[:49]):.4f} {min(after) / norm
 # <details><summary>Answer</summary>
 #
 # The policy term's gradient is 100× larger, but Adam divides by its running RMS, which cancels a constant factor up
-# to its ε (the twins also clip the norm to 1.0 before Adam: the s = 100 run's gradient peaks at 355.164, so there
-# the clip takes out most of the scale). What changes is the balance with the KL term: the effective β is 100×
+# to its ε (the twins also clip the norm to 1.0 before Adam, which engages wherever the gradient exceeds 1: the
+# s = 100 run's peaks at 355.164). What changes is the balance with the KL term: the effective β is 100×
 # smaller (20 iterations on one seed cannot tell s = 100 from s = 1 or β = 0: exact KL 0.136, 0.107, 0.119). With
 # normalisation the scale cancels: the three normalised runs end at the same level (0.419 at s = 0.01, 1 and 100;
 # s = 100 identical to s = 1, s = 0.01 equal up to float rounding).

@@ -486,6 +486,11 @@ def series(history, key):
     return [s[key] for s in history]
 
 
+def excursions(history, key):
+    """[(iteration, value rounded as the hints quote it)] of the iterations where `key` leaves its healthy range."""
+    return [(s["iteration"], f"{s[key]:.0f}") for s in history if not grpo_fixed.in_range(s, key)]
+
+
 def last10(history, key):
     return statistics.fmean(series(history, key)[-10:])
 
@@ -577,7 +582,7 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
                f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}",
                "other seeds it can end lower")
         assert final_reward(default_run("B14", 1)) < final_reward(default_run("fixed", 1)) - 0.03  # seed 1
-        out = [(s["iteration"], f"{s['grad_norm']:.0f}") for s in run if not grpo_fixed.in_range(s, "grad_norm")]
+        out = excursions(run, "grad_norm")
         quoted("B14", f"range once ({out[0][1]} at iteration {out[0][0]})")
         assert len(out) == 1
     elif bug_id == "B15":
@@ -587,7 +592,7 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
         assert not [name for s in printed for name in PROGRESS if not grpo_fixed.in_range(s, name)]
         quoted("B15", f"ends at {final_reward(run):.2f} where a healthy one reaches {healthy_final}",
                "range at every iteration", "progress line a default run prints stays in its healthy ranges")
-        out = [(s["iteration"], f"{s['grad_norm']:.0f}") for s in run if not grpo_fixed.in_range(s, "grad_norm")]
+        out = excursions(run, "grad_norm")
         quoted("B15", f"range once ({out[0][1]} at iteration {out[0][0]}, between the printed lines)")
         assert len(out) == 1 and out[0][0] not in {s["iteration"] for s in printed}
         assert "mixed_groups" not in catalog.bug("B15").stats  # level 1 leaves finding it to the learner
@@ -610,7 +615,7 @@ def test_level1_hint_numbers_are_a_default_run(bug_id):
         peaks = {label: [max(series(default_run(label, seed), "grad_norm")) for seed in range(3)]
                  for label in ("B11", "fixed")}
         assert peaks["B11"][0] > peaks["fixed"][0] and peaks["B11"][1] < peaks["fixed"][1]  # "higher", "lower"
-        out = [sum(not grpo_fixed.in_range(s, "grad_norm") for s in default_run("B11", seed)) for seed in range(3)]
+        out = [len(excursions(default_run("B11", seed), "grad_norm")) for seed in range(3)]
         assert out == [0, 0, 1]  # "on seed 2 it leaves its healthy range once"
         assert all(grpo_fixed.in_range(s, "grad_norm") for seed in range(3) for s in default_run("fixed", seed))
         assert not all(grpo_fixed.in_range(s, "ratio_last_mean") for s in run)  # seed 0

@@ -381,13 +381,15 @@ CRITIC_FNS = nb05_critic.CriticFunctions(gae_advantages, token_grpo_loss, value_
 RUN = dict(steps=30, prompts_per_batch=8)
 SNAPSHOT = 20
 runs, snapshots = {}, {}
-batch_log = {name: [] for name in nb05_critic.BASELINES}  # per iteration: (prompts, rewards) of its batch (§6.7)
+group_batches = []  # per iteration of the group run: (prompts, rewards) of its batch, for §6.7
 with progress("training one run per baseline", total=len(nb05_critic.BASELINES)) as step:
     for name in nb05_critic.BASELINES:
         step(name)
         runs[name], snapshots[name] = nb05_critic.train_with_baseline(
-            baseline=name, critic_fns=CRITIC_FNS, snapshot_at=range(SNAPSHOT + 1), **RUN,
-            on_batch=lambda it, batch, name=name: batch_log[name].append((batch["prompts"], batch["rewards"].clone())))
+            baseline=name, critic_fns=CRITIC_FNS, **RUN,
+            snapshot_at=range(SNAPSHOT + 1) if name == "group" else (SNAPSHOT,),  # §6.7 follows the group run
+            on_batch=None if name != "group" else
+            lambda it, batch: group_batches.append((batch["prompts"], batch["rewards"].clone())))
 final = {name: final_reward(h) for name, h in runs.items()}
 print("mean reward over the last 10 iterations:", {k: f"{v:.3f}" for k, v in final.items()})
 
@@ -1383,7 +1385,7 @@ fallen = every[rl_hard]  # "37+1="
 p_fallen = [nb05_critic.exact_outcomes(snapshots["group"][it][0], tokenizer, [fallen], T_SAMPLE)[0][0, 1].item()
             for it in range(SNAPSHOT + 1)]  # (SNAPSHOT + 1,) before iterations 0..20
 held = {it: rewards.reshape(-1)[torch.tensor([p == fallen for p in prompts])].tolist()  # its group's G rewards
-        for it, (prompts, rewards) in enumerate(batch_log["group"][:SNAPSHOT]) if fallen in prompts}
+        for it, (prompts, rewards) in enumerate(group_batches[:SNAPSHOT]) if fallen in prompts}
 print(f"p({fallen!r}) before iteration: " + "  ".join(f"{it}: {p:.4f}" for it, p in enumerate(p_fallen)))
 print(f"iterations whose batch held {fallen!r}, with its group's rewards: {held}")
 peak, first_held = max(range(SNAPSHOT + 1), key=p_fallen.__getitem__), min(held)

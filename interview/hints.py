@@ -58,7 +58,8 @@ def hint_lines(bug_id: str, level: int, label: str = "hint") -> list[str]:
     function either."""
     entry = catalog.bug(bug_id)
     if level == 1:
-        return [f"{label} (level 1): {entry.symptom}"] + [f"    watch {statistic_line(s)}" for s in entry.stats]
+        return ([f"{label} (level 1): {entry.symptom}"] + [f"    watch {statistic_line(s)}" for s in entry.stats]
+                + [f"    {catalog.SYMPTOM_NUMBERS}"])
     if level == 2:
         return [f"{label} (level 2): look at {entry.function}(). {entry.probe}"]
     return [f"{label} (level 3): {entry.fix}", "    the fixed twin's lines:"] + [f"    {x}" for x in fix_lines(bug_id)]

@@ -26,8 +26,8 @@ class Bug:
     probe (level 2): the tiny input that exposes it (the function is `function`); fix (level 3): the fix
     and why (the exact lines are the fixed twin's `# FIX <id>` lines). "A default run" in a symptom is the twins'
     default config on seed 0 with one torch intra-op thread, as `make hint`, the CLI, the notebooks and the tests
-    run it (the twins' command line and `workbook` set it); a bare interpreter's two threads round differently and
-    give other numbers."""
+    run it (the twins' command line and `workbook` set it), with that bug alone (SYMPTOM_NUMBERS); a bare
+    interpreter's two threads round differently and give other numbers."""
 
     id: str
     function: str
@@ -42,6 +42,9 @@ class Bug:
     """ids of the drill cards (interview/questions.toml) an interviewer asks after this bug is fixed;
     `make interview` asks them first"""
 
+
+SYMPTOM_NUMBERS = "(the numbers are a default run's with this bug alone; other remaining bugs change them)"
+"""printed under every level-1 hint: a mock round holds several bugs, which move each other's numbers"""
 
 BUGS = [
     Bug("B1", "sample_from_logits", "sampling from raw logits (no softmax)",
@@ -108,7 +111,7 @@ BUGS = [
     Bug("B7", "token_logprobs", "log(softmax) instead of log_softmax",
         symptom="no training statistic shows it in a default run (no NaN loss, no skipped step, every statistic "
                 "in its healthy range, final reward 0.67 where a healthy run reaches 0.68); a longer run whose "
-                "policy grows far more confident would show non-finite losses and skipped steps (nonfinite_steps > 0)",
+                "policy grows far more confident could show non-finite losses and skipped steps (nonfinite_steps > 0)",
         stats=("loss", "nonfinite_steps"),
         cards=("log-softmax", "ratio-exp-overflow", "fp32-logprobs"),
         probe="-inf log-probs appear once some sampled or padded token's probability underflows float32 (a logit "

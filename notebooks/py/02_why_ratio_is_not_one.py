@@ -20,8 +20,9 @@
 #
 # After this notebook you can say, with numbers to back it:
 #
-# 1. The ratio is **exactly** 1 at the first inner step when old log-probs are cached once by the same forward
-#    as the loss's (same weights and code path, no dropout), and only there: every later minibatch, even one
+# 1. The ratio is **exactly** 1 at the first inner step when old log-probs are cached once with the same weights
+#    and code path (no dropout) and the kernels round alike for both batch shapes, as here on this CPU (otherwise 1
+#    up to rounding: check max|ρ − 1| against a tolerance, not 0), and only there: every later minibatch, even one
 #    never trained on, sees a policy that already moved.
 # 2. What the drift's sign guarantees: to first order, leaving out the KL term, the first step (from ratio 1)
 #    raises the advantage-weighted log-ratio of the tokens it was computed on,
@@ -635,11 +636,11 @@ assert all(torch.equal(a, b) for a, b in zip(b3_other_clip["ratio"], b3_default[
 # %% [markdown]
 # What the numbers say:
 #
-# - **When clipping engages.** Never at k = 0 here (ratio exactly 1, because the old log-probs come from the
-#   same forward as the loss's; with sampler, stale or dropout log-probs the clip can act at k = 0:
-#   notebook 02 §5). From lr = 1e-3 up the fixed twin already clips some tokens at k = 1; at lr = 3e-4 (the
-#   slider's smallest) it starts at k = 2 (all printed above, at clip 0.2). How many tokens end outside the
-#   window at the last step is not monotone in the lr on this batch (0.242 at 3e-3, fewer at 1e-2: printed
+# - **When clipping engages.** Never at k = 0 here (ratio exactly 1: the old log-probs come from a forward with the
+#   same weights and code path, which rounds alike on this CPU; with sampler, stale or dropout log-probs the clip
+#   can act at k = 0: notebook 02 §5). From lr = 1e-3 up the fixed twin already clips some tokens at k = 1; at lr =
+#   3e-4 (the slider's smallest) it starts at k = 2 (all printed above, at clip 0.2). How many tokens end outside
+#   the window at the last step is not monotone in the lr on this batch (0.242 at 3e-3, fewer at 1e-2: printed
 #   above).
 # - **B3: never.** The loss sees a ratio of 1 at every step (dotted line), while the true ratio at the
 #   last step (k = 7, lr = 3e-3) spans [0.004, 1.563], against [0.010, 1.385] for the fixed twin (at

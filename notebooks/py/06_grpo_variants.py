@@ -1605,15 +1605,17 @@ assert len(spikes) == 2 and all(v > 5 * free[1] for _, v in spikes)
 # β·k3 competes with the normalised advantage term.
 #
 # > **You should know.**
-# > - In the reward, the KL is part of the return: it is baselined and normalised with the task reward
-# >   (here by the group std), so its weight depends on the reward's spread; its gradient is the score-
-# >   function gradient of KL(π ‖ π_ref), unbiased but noisy. In the loss it is a separate, directly
-# >   differentiated term whose weight is β alone.
-# > - k3 in the loss pulls towards the reference along ∇KL(π_ref ‖ π), not ∇KL(π ‖ π_ref); k1 in the loss
-# >   (verl `kl_loss_type: kl`) pulls nowhere in expectation. TRL 1.16.0's `use_bias_correction_kl=True`
-# >   multiplies k3 by the token-level ρ, whose gradient restores each position's ∇KL(π ‖ π_ref) (last row above;
-# >   with `importance_sampling_level="sequence"` a sequence weight multiplies the per-token KL instead, and TRL
-# >   1.16.0's docstring claims the reverse-KL property for "token" only).
+# > - In the reward, the KL is part of the return: it is baselined with the task reward and, wherever the advantages
+# >   are normalised (here by the group std; not TRL 1.16.0's RLOOTrainer by default, `normalize_advantages=False`),
+# >   scaled with it, so its weight then depends on the reward's spread; its gradient is the score-function
+# >   gradient of KL(π ‖ π_ref), unbiased but noisy. In the loss it is a separate, directly differentiated term
+# >   whose weight is β alone.
+# > - k3 in the loss pulls towards the reference along ∇KL(π_ref ‖ π), not ∇KL(π ‖ π_ref); k1 in the loss (verl
+# >   `kl_loss_type: kl`) pulls nowhere in expectation on π's own samples (on π_old's it acts relative to π_old,
+# >   never toward π_ref). TRL 1.16.0's `use_bias_correction_kl=True` multiplies k3 by the token-level ρ, whose
+# >   gradient restores each position's ∇KL(π ‖ π_ref) (last row above; with `importance_sampling_level="sequence"`
+# >   a sequence weight multiplies the per-token KL instead, and TRL 1.16.0's docstring claims the reverse-KL
+# >   property for "token" only).
 # > - Symptom of a misplaced or mis-chosen KL: the `kl` statistic grows as if β were 0.
 # > - Statistic: `kl` per iteration against a β = 0 run.
 #
@@ -1984,7 +1986,8 @@ plt.show()
 #    expectation (gradient 0, on π's own samples); TRL 1.16.0's `use_bias_correction_kl=True` (its default; `beta`
 #    itself defaults to 0.0) multiplies k3 by the token-level ρ, which restores each position's ∇KL(π ‖ π_ref) (not
 #    under `importance_sampling_level="sequence"`). Not the same strength: in the reward the penalty is baselined
-#    and normalised with the task reward, so its weight depends on the reward's spread; in the loss its weight is β
+#    with the task reward and, where advantages are normalised (the group std here), scaled with it, so its weight
+#    then depends on the reward's spread; in the loss its weight is β
 #    alone. At β = 0.1 on EchoTask the KL in the loss barely anchored (k3 estimate 0.5455 over the last 10
 #    iterations, against 0.6250 with β = 0), the KL in the reward far more (0.2174), at a lower reward (0.417,
 #    against 0.489 and 0.507) (notebook 06 §6).

@@ -18,9 +18,10 @@
 # the first inner step. Is the update on-policy? And if the rollouts come from an asynchronous worker
 # whose weights are a few updates behind, which policy should the clip be anchored to?"*
 #
-# As notebook 02 §2 showed, the ratio is exactly 1 at the first inner step when the old log-probs are
-# cached once. That 1 says the trainer agrees with *itself*; it says nothing about the policy that drew the
-# samples. In production the two differ in two ways, and this notebook measures both on the twins:
+# As notebook 02 §2 showed, the ratio is exactly 1 at the first inner step when the old log-probs are cached once by
+# the same weights and code (up to rounding where the kernels round differently by batch shape). That 1 says the
+# trainer agrees with *itself*; it says nothing about the policy that drew the samples. In production the two differ
+# in two ways, and this notebook measures both on the twins:
 #
 # 1. **Sampler vs trainer numerics.** The inference engine computes logits in a lower precision than the
 #    float32 trainer. We swap the twins' `generate` for one that samples from logits rounded to bfloat16
